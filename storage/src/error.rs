@@ -1,0 +1,63 @@
+//! The storage error type.
+
+/// Everything that can go wrong below the replay engine.
+///
+/// [`StorageError::is_retryable`] tells whether trying again can help; a corrupt or
+/// incompatible store is fatal and named as such.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// Compare-and-set refused: another writer appended first (a stale writer).
+    #[error("append to run `{run_id}` refused: expected next sequence {expected}, log is at {actual}")]
+    Conflict {
+        /// The run.
+        run_id: String,
+        /// The sequence number the writer expected next.
+        expected: u64,
+        /// The log's actual next sequence number.
+        actual: u64,
+    },
+    /// A record could not be decoded: the store is damaged.
+    #[error("corrupt record in run `{run_id}` at sequence {seq}: {reason}")]
+    Corrupt {
+        /// The run.
+        run_id: String,
+        /// The record's sequence number.
+        seq: u64,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// The store was written by an incompatible reel format.
+    #[error("store format `{found}` is not supported by this reel (expects `{expected}`)")]
+    IncompatibleFormat {
+        /// What the store says.
+        found: String,
+        /// What this build reads.
+        expected: String,
+    },
+    /// A run id that cannot be stored (empty, too long or containing NUL).
+    #[error("invalid run id {0:?}: must be 1..=512 bytes without NUL")]
+    InvalidRunId(String),
+    /// Serialization failed.
+    #[error("encode error: {0}")]
+    Encode(String),
+    /// The underlying store failed (I/O, disk full, lock held by another process).
+    #[error("storage I/O error: {0}")]
+    Io(String),
+    /// The store was closed.
+    #[error("store is closed")]
+    Closed,
+}
+
+impl StorageError {
+    /// Whether retrying the same operation later can succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StorageError::Conflict { .. } | StorageError::Io(_))
+    }
+}
+
+impl From<fjall::Error> for StorageError {
+    fn from(e: fjall::Error) -> Self {
+        StorageError::Io(e.to_string())
+    }
+}

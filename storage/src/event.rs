@@ -1,0 +1,280 @@
+//! The event model: one MessagePack-encoded [`Event`] per log record.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::StorageError;
+
+/// An opaque MessagePack value written by the layer above (workflow input, step
+/// output, signal payload, recorded value).
+///
+/// Stored as a MessagePack `bin`, so the bytes are never re-encoded. `Debug` renders
+/// the decoded value, which makes a printed log readable.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Payload(#[serde(with = "serde_bytes")] pub Vec<u8>);
+
+impl Payload {
+    /// The raw MessagePack bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut slice = self.0.as_slice();
+        match rmpv::decode::read_value(&mut slice) {
+            Ok(value) if slice.is_empty() => write!(f, "{value}"),
+            _ => write!(f, "<{} bytes>", self.0.len()),
+        }
+    }
+}
+
+/// Why a run, a step or a child ended in error, as recorded in the log.
+///
+/// The layer above maps its own error type onto these variants and back, so that a
+/// failed run reports the same error after a restart as before it.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Failure {
+    /// A step failed for good (its retries are exhausted).
+    Step {
+        /// The step id.
+        step: String,
+        /// The last attempt's error text.
+        message: String,
+    },
+    /// The handler no longer matches the recorded log.
+    ReplayDivergence {
+        /// Sequence number of the first divergent event.
+        index: u64,
+        /// What the log holds there.
+        expected: String,
+        /// What the handler did instead.
+        found: String,
+    },
+    /// The run's workflow version is not registered.
+    VersionMismatch {
+        /// Workflow name.
+        workflow: String,
+        /// The version the run started with.
+        version: u32,
+    },
+    /// The run's workflow name is not registered.
+    UnknownWorkflow(String),
+    /// The run was cancelled, with the reason.
+    Cancelled(String),
+    /// A payload could not be encoded or decoded.
+    Codec(String),
+    /// The handler crashed (panicked) too often and was parked.
+    Crashed(String),
+    /// Any other error returned by the handler, as its display text.
+    Other(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Step { step, message } => write!(f, "step `{step}` failed: {message}"),
+            Failure::ReplayDivergence {
+                index,
+                expected,
+                found,
+            } => write!(
+                f,
+                "replay diverged at event {index}: the log has {expected}, the handler did {found}"
+            ),
+            Failure::VersionMismatch { workflow, version } => {
+                write!(f, "workflow `{workflow}` version {version} is not registered")
+            }
+            Failure::UnknownWorkflow(w) => write!(f, "workflow `{w}` is not registered"),
+            Failure::Cancelled(reason) => write!(f, "cancelled: {reason}"),
+            Failure::Codec(m) => write!(f, "codec error: {m}"),
+            Failure::Crashed(m) => write!(f, "handler crashed repeatedly: {m}"),
+            Failure::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+/// One record of a run's append-only log.
+///
+/// Times are milliseconds since the Unix epoch. Ids are the durable primitive ids
+/// assigned by the replay engine (`charge`, `charge#2`, `timer#1`, `signal#1`, ...).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// First event of every run.
+    RunStarted {
+        /// Workflow name.
+        workflow: String,
+        /// Workflow version the run is bound to.
+        version: u32,
+        /// The encoded input.
+        input: Payload,
+    },
+    /// An attempt of a step begins.
+    StepStarted {
+        /// Step id.
+        id: String,
+        /// 1-based attempt number.
+        attempt: u32,
+    },
+    /// A step's result; once recorded the body never runs again.
+    StepCompleted {
+        /// Step id.
+        id: String,
+        /// The encoded output.
+        output: Payload,
+    },
+    /// An attempt failed; `retry_at` is `None` when the attempts are exhausted.
+    StepFailed {
+        /// Step id.
+        id: String,
+        /// The failed attempt.
+        attempt: u32,
+        /// The error text.
+        error: String,
+        /// When the next attempt is due, if any.
+        retry_at: Option<u64>,
+    },
+    /// A durable timer was created.
+    TimerScheduled {
+        /// Timer id.
+        id: String,
+        /// Due time.
+        fire_at: u64,
+    },
+    /// A timer (sleep, retry backoff or signal deadline) came due.
+    TimerFired {
+        /// The timer id (for a retry backoff `step-id/retry<n>`, for a deadline the wait id).
+        id: String,
+    },
+    /// The handler waits for a signal of this name.
+    SignalAwaited {
+        /// Wait id.
+        id: String,
+        /// Signal name.
+        name: String,
+        /// Deadline of a timed wait.
+        deadline: Option<u64>,
+    },
+    /// A signal was delivered to the run (buffered until a wait consumes it).
+    SignalReceived {
+        /// Signal name.
+        name: String,
+        /// The sender's id; a second delivery with the same id is dropped.
+        signal_id: String,
+        /// The encoded payload.
+        payload: Payload,
+    },
+    /// A non-deterministic value (time, uuid, random) recorded once.
+    Recorded {
+        /// Primitive id.
+        id: String,
+        /// `now`, `uuid` or `random`.
+        kind: String,
+        /// The encoded value.
+        value: Payload,
+    },
+    /// A child run was started from this run.
+    ChildStarted {
+        /// Wait id in the parent.
+        id: String,
+        /// Child workflow name.
+        workflow: String,
+        /// Child workflow version.
+        version: u32,
+        /// The child's run id.
+        run_id: String,
+    },
+    /// A child run ended.
+    ChildCompleted {
+        /// Wait id in the parent.
+        id: String,
+        /// The child's encoded output, or why it failed.
+        result: Result<Payload, Failure>,
+    },
+    /// Someone asked for the run to stop.
+    CancelRequested {
+        /// Why.
+        reason: String,
+    },
+    /// The handler returned a value.
+    RunCompleted {
+        /// The encoded output.
+        output: Payload,
+    },
+    /// The handler returned an error.
+    RunFailed {
+        /// The recorded error.
+        error: Failure,
+    },
+    /// The run was cancelled.
+    RunCancelled {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Event {
+    /// The variant name, used in messages and traces.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::RunStarted { .. } => "RunStarted",
+            Event::StepStarted { .. } => "StepStarted",
+            Event::StepCompleted { .. } => "StepCompleted",
+            Event::StepFailed { .. } => "StepFailed",
+            Event::TimerScheduled { .. } => "TimerScheduled",
+            Event::TimerFired { .. } => "TimerFired",
+            Event::SignalAwaited { .. } => "SignalAwaited",
+            Event::SignalReceived { .. } => "SignalReceived",
+            Event::Recorded { .. } => "Recorded",
+            Event::ChildStarted { .. } => "ChildStarted",
+            Event::ChildCompleted { .. } => "ChildCompleted",
+            Event::CancelRequested { .. } => "CancelRequested",
+            Event::RunCompleted { .. } => "RunCompleted",
+            Event::RunFailed { .. } => "RunFailed",
+            Event::RunCancelled { .. } => "RunCancelled",
+        }
+    }
+
+    /// Whether this event ends the run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled { .. }
+        )
+    }
+
+    /// Encodes the event as MessagePack, appending to `buf`.
+    ///
+    /// # Errors
+    /// [`StorageError::Encode`] if serialization fails (it cannot for these types,
+    /// but the encoder's contract allows it).
+    pub fn encode_into(&self, buf: &mut Vec<u8>) -> Result<(), StorageError> {
+        rmp_serde::encode::write(buf, self).map_err(|e| StorageError::Encode(e.to_string()))
+    }
+
+    /// Encodes the event into a new buffer.
+    ///
+    /// # Errors
+    /// See [`Event::encode_into`].
+    pub fn encode(&self) -> Result<Vec<u8>, StorageError> {
+        let mut buf = Vec::with_capacity(64);
+        self.encode_into(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// Decodes one event; `run_id` and `seq` only label the error.
+    ///
+    /// # Errors
+    /// [`StorageError::Corrupt`] naming the run and sequence number.
+    pub fn decode(bytes: &[u8], run_id: &str, seq: u64) -> Result<Event, StorageError> {
+        rmp_serde::from_slice(bytes).map_err(|e| StorageError::Corrupt {
+            run_id: run_id.to_owned(),
+            seq,
+            reason: e.to_string(),
+        })
+    }
+}

@@ -1,0 +1,461 @@
+//! The fjall backend: one database, four keyspaces, one group-commit writer thread.
+//!
+//! Keyspaces: `log` (run id, NUL, big-endian sequence → event), `runs` (run id →
+//! [`RunMeta`]), `active` (run id → [`RunMeta`] of unfinished runs only, so recovery
+//! never reads finished runs), `timers` (big-endian due time, run id, NUL, timer id →
+//! empty) and `reel` (format version).
+//!
+//! fjall's journal holds one mutex across write and fsync, so concurrent committers
+//! would each pay an fsync. Instead every append goes through a channel to one
+//! writer thread that drains what is queued into one batch, commits it with one
+//! fdatasync and only then answers every caller of that batch.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use tokio::sync::oneshot;
+
+use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
+use crate::{Event, RunMeta, StorageError, TimerEntry};
+
+/// The on-disk format this build writes and reads.
+pub const FORMAT_VERSION: &str = "reel-log/1";
+
+const MAX_BATCH: usize = 8192;
+const SEQ_CACHE_LIMIT: usize = 200_000;
+
+/// Tuning for [`FjallStore::open_with`].
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Upper bound of the unflushed journal; bounds reopen time after a crash.
+    pub max_journal_bytes: u64,
+    /// Block cache size.
+    pub cache_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_journal_bytes: 64 * 1024 * 1024,
+            cache_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Keyspaces {
+    db: Database,
+    log: Keyspace,
+    runs: Keyspace,
+    active: Keyspace,
+    timers: Keyspace,
+}
+
+struct Request {
+    append: Encoded,
+    reply: oneshot::Sender<Result<()>>,
+}
+
+struct Encoded {
+    run_id: String,
+    expected_seq: Option<u64>,
+    records: Vec<Vec<u8>>,
+    meta: Option<(Vec<u8>, bool)>,
+    add_timers: Vec<Vec<u8>>,
+    remove_timers: Vec<Vec<u8>>,
+    durable: bool,
+}
+
+/// The fjall implementation of [`Store`].
+pub struct FjallStore {
+    ks: RwLock<Option<Keyspaces>>,
+    tx: Mutex<Option<Sender<Request>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for FjallStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FjallStore").finish_non_exhaustive()
+    }
+}
+
+/// Validates a run id for use as a key prefix.
+///
+/// # Errors
+/// [`StorageError::InvalidRunId`] for an empty id, one over 512 bytes or one with NUL.
+pub fn check_run_id(run_id: &str) -> Result<()> {
+    if run_id.is_empty() || run_id.len() > 512 || run_id.contains('\0') {
+        return Err(StorageError::InvalidRunId(run_id.to_owned()));
+    }
+    Ok(())
+}
+
+fn log_prefix(run_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(run_id.len() + 9);
+    k.extend_from_slice(run_id.as_bytes());
+    k.push(0);
+    k
+}
+
+fn log_key(run_id: &str, seq: u64) -> Vec<u8> {
+    let mut k = log_prefix(run_id);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn seq_of(run_id: &str, key: &[u8]) -> Result<u64> {
+    let tail = key.get(run_id.len() + 1..).unwrap_or_default();
+    let bytes: [u8; 8] = tail.try_into().map_err(|_| StorageError::Corrupt {
+        run_id: run_id.to_owned(),
+        seq: 0,
+        reason: format!("malformed log key of {} bytes", key.len()),
+    })?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+fn timer_key(t: &TimerEntry) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + t.run_id.len() + 1 + t.timer_id.len());
+    k.extend_from_slice(&t.fire_at.to_be_bytes());
+    k.extend_from_slice(t.run_id.as_bytes());
+    k.push(0);
+    k.extend_from_slice(t.timer_id.as_bytes());
+    k
+}
+
+fn parse_timer_key(k: &[u8]) -> Option<TimerEntry> {
+    let fire_at = u64::from_be_bytes(k.get(..8)?.try_into().ok()?);
+    let rest = k.get(8..)?;
+    let nul = rest.iter().position(|b| *b == 0)?;
+    Some(TimerEntry {
+        fire_at,
+        run_id: String::from_utf8(rest.get(..nul)?.to_vec()).ok()?,
+        timer_id: String::from_utf8(rest.get(nul + 1..)?.to_vec()).ok()?,
+    })
+}
+
+fn decode_meta(run_id: &[u8], bytes: &[u8]) -> Result<RunMeta> {
+    rmp_serde::from_slice(bytes).map_err(|e| StorageError::Corrupt {
+        run_id: String::from_utf8_lossy(run_id).into_owned(),
+        seq: 0,
+        reason: format!("run metadata: {e}"),
+    })
+}
+
+fn encode_meta(meta: &RunMeta) -> Result<Vec<u8>> {
+    rmp_serde::to_vec(meta).map_err(|e| StorageError::Encode(e.to_string()))
+}
+
+impl FjallStore {
+    /// Opens (or creates) the store in `path` with default options.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] if fjall cannot open the directory (for example another
+    /// process holds it), [`StorageError::IncompatibleFormat`] for a store written
+    /// by another format.
+    pub fn open(path: impl AsRef<Path>) -> Result<Arc<FjallStore>> {
+        FjallStore::open_with(path, StoreOptions::default())
+    }
+
+    /// Opens (or creates) the store in `path`.
+    ///
+    /// # Errors
+    /// As [`FjallStore::open`].
+    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Arc<FjallStore>> {
+        let db = Database::builder(path.as_ref())
+            .max_journaling_size(options.max_journal_bytes)
+            .cache_size(options.cache_bytes)
+            .open()?;
+        let ks = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
+        let keyspaces = Keyspaces {
+            log: ks("log")?,
+            runs: ks("runs")?,
+            active: ks("active")?,
+            timers: ks("timers")?,
+            db: db.clone(),
+        };
+        let format = ks("reel")?;
+        match format.get("format")? {
+            Some(found) if *found == *FORMAT_VERSION.as_bytes() => {}
+            Some(found) => {
+                return Err(StorageError::IncompatibleFormat {
+                    found: String::from_utf8_lossy(&found).into_owned(),
+                    expected: FORMAT_VERSION.to_owned(),
+                });
+            }
+            None if !keyspaces.log.is_empty()? || !keyspaces.runs.is_empty()? => {
+                return Err(StorageError::IncompatibleFormat {
+                    found: "<no format marker>".to_owned(),
+                    expected: FORMAT_VERSION.to_owned(),
+                });
+            }
+            None => {
+                format.insert("format", FORMAT_VERSION)?;
+                db.persist(PersistMode::SyncAll)?;
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        let writer_ks = keyspaces.clone();
+        let writer = std::thread::Builder::new()
+            .name("reel-writer".into())
+            .spawn(move || writer_loop(writer_ks, rx))
+            .map_err(|e| StorageError::Io(e.to_string()))?;
+        Ok(Arc::new(FjallStore {
+            ks: RwLock::new(Some(keyspaces)),
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+        }))
+    }
+
+    fn keyspaces(&self) -> Result<Keyspaces> {
+        self.ks
+            .read()
+            .map_err(|_| StorageError::Closed)?
+            .clone()
+            .ok_or(StorageError::Closed)
+    }
+
+    fn encode(append: Append) -> Result<Encoded> {
+        check_run_id(&append.run_id)?;
+        let records = append
+            .events
+            .iter()
+            .map(Event::encode)
+            .collect::<Result<Vec<_>>>()?;
+        if !records.is_empty() && append.expected_seq.is_none() {
+            return Err(StorageError::Encode(
+                "an append with events needs an expected sequence".into(),
+            ));
+        }
+        let meta = match &append.meta {
+            Some(m) => Some((encode_meta(m)?, m.state.is_finished())),
+            None => None,
+        };
+        Ok(Encoded {
+            records,
+            meta,
+            add_timers: append.add_timers.iter().map(timer_key).collect(),
+            remove_timers: append.remove_timers.iter().map(timer_key).collect(),
+            expected_seq: append.expected_seq,
+            durable: append.durable,
+            run_id: append.run_id,
+        })
+    }
+}
+
+impl LogWriter for FjallStore {
+    fn submit(&self, append: Append) -> Ticket {
+        let append = match FjallStore::encode(append) {
+            Ok(a) => a,
+            Err(e) => return Ticket::ready(Err(e)),
+        };
+        let (reply, rx) = oneshot::channel();
+        let guard = match self.tx.lock() {
+            Ok(g) => g,
+            Err(_) => return Ticket::ready(Err(StorageError::Closed)),
+        };
+        match guard.as_ref() {
+            Some(tx) if tx.send(Request { append, reply }).is_ok() => Ticket::pending(rx),
+            _ => Ticket::ready(Err(StorageError::Closed)),
+        }
+    }
+}
+
+impl LogReader for FjallStore {
+    fn read_log(&self, run_id: &str) -> Result<Vec<Event>> {
+        let ks = self.keyspaces()?;
+        let mut events = Vec::new();
+        for guard in ks.log.prefix(log_prefix(run_id)) {
+            let (key, value) = guard.into_inner()?;
+            let seq = seq_of(run_id, &key)?;
+            if seq != events.len() as u64 {
+                return Err(StorageError::Corrupt {
+                    run_id: run_id.to_owned(),
+                    seq: events.len() as u64,
+                    reason: format!("missing record (next present is {seq})"),
+                });
+            }
+            events.push(Event::decode(&value, run_id, seq)?);
+        }
+        Ok(events)
+    }
+
+    fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {
+        let ks = self.keyspaces()?;
+        let Some(guard) = ks.log.prefix(log_prefix(run_id)).next_back() else {
+            return Ok(None);
+        };
+        let (key, value) = guard.into_inner()?;
+        let seq = seq_of(run_id, &key)?;
+        Ok(Some((seq, Event::decode(&value, run_id, seq)?)))
+    }
+}
+
+impl MetaReader for FjallStore {
+    fn get_run(&self, run_id: &str) -> Result<Option<RunMeta>> {
+        let ks = self.keyspaces()?;
+        ks.runs
+            .get(run_id)?
+            .map(|v| decode_meta(run_id.as_bytes(), &v))
+            .transpose()
+    }
+
+    fn list_runs(&self) -> Result<Vec<RunMeta>> {
+        let ks = self.keyspaces()?;
+        scan_meta(&ks.runs)
+    }
+
+    fn unfinished_runs(&self) -> Result<Vec<RunMeta>> {
+        let ks = self.keyspaces()?;
+        scan_meta(&ks.active)
+    }
+}
+
+fn scan_meta(ks: &Keyspace) -> Result<Vec<RunMeta>> {
+    ks.iter()
+        .map(|g| {
+            let (k, v) = g.into_inner()?;
+            decode_meta(&k, &v)
+        })
+        .collect()
+}
+
+impl TimerReader for FjallStore {
+    fn timers(&self) -> Result<Vec<TimerEntry>> {
+        let ks = self.keyspaces()?;
+        ks.timers
+            .iter()
+            .map(|g| {
+                let key = g.key()?;
+                parse_timer_key(&key).ok_or_else(|| StorageError::Corrupt {
+                    run_id: String::new(),
+                    seq: 0,
+                    reason: format!("malformed timer key {key:?}"),
+                })
+            })
+            .collect()
+    }
+}
+
+impl Store for FjallStore {
+    fn close(&self) {
+        // Dropping the sender ends the writer loop once the queue is drained.
+        if let Ok(mut tx) = self.tx.lock() {
+            tx.take();
+        }
+        if let Ok(mut writer) = self.writer.lock()
+            && let Some(handle) = writer.take()
+        {
+            let _ = handle.join();
+        }
+        if let Ok(mut ks) = self.ks.write()
+            && let Some(ks) = ks.take()
+        {
+            let _ = ks.db.persist(PersistMode::SyncAll);
+        }
+    }
+}
+
+impl Drop for FjallStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Next sequence numbers of recently written runs, so the CAS check rarely reads disk.
+struct SeqCache(HashMap<String, u64>);
+
+impl SeqCache {
+    fn next_seq(&mut self, ks: &Keyspaces, run_id: &str) -> Result<u64> {
+        if let Some(seq) = self.0.get(run_id) {
+            return Ok(*seq);
+        }
+        let next = match ks.log.prefix(log_prefix(run_id)).next_back() {
+            Some(g) => seq_of(run_id, &g.key()?)? + 1,
+            None => 0,
+        };
+        if self.0.len() >= SEQ_CACHE_LIMIT {
+            self.0.clear();
+        }
+        self.0.insert(run_id.to_owned(), next);
+        Ok(next)
+    }
+}
+
+fn writer_loop(ks: Keyspaces, rx: Receiver<Request>) {
+    let mut cache = SeqCache(HashMap::new());
+    let mut pending: Vec<Request> = Vec::with_capacity(MAX_BATCH);
+    while let Ok(first) = rx.recv() {
+        pending.push(first);
+        while pending.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(r) => pending.push(r),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&ks, &mut cache, &mut pending);
+    }
+    let _ = ks.db.persist(PersistMode::SyncAll);
+}
+
+fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>) {
+    let durable = pending.iter().any(|r| r.append.durable);
+    let mut batch = ks.db.batch().durability(Some(if durable {
+        PersistMode::SyncData
+    } else {
+        PersistMode::Buffer
+    }));
+    let mut accepted = Vec::with_capacity(pending.len());
+    for req in pending.drain(..) {
+        let a = &req.append;
+        if let Some(expected) = a.expected_seq {
+            let actual = match cache.next_seq(ks, &a.run_id) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = req.reply.send(Err(e));
+                    continue;
+                }
+            };
+            if actual != expected {
+                let _ = req.reply.send(Err(StorageError::Conflict {
+                    run_id: a.run_id.clone(),
+                    expected,
+                    actual,
+                }));
+                continue;
+            }
+            for (i, record) in a.records.iter().enumerate() {
+                batch.insert(&ks.log, log_key(&a.run_id, expected + i as u64), record.as_slice());
+            }
+            cache.0.insert(a.run_id.clone(), expected + a.records.len() as u64);
+        }
+        if let Some((meta, finished)) = &a.meta {
+            batch.insert(&ks.runs, a.run_id.as_str(), meta.as_slice());
+            if *finished {
+                batch.remove(&ks.active, a.run_id.as_str());
+                cache.0.remove(&a.run_id);
+            } else {
+                batch.insert(&ks.active, a.run_id.as_str(), meta.as_slice());
+            }
+        }
+        for t in &a.remove_timers {
+            batch.remove(&ks.timers, t.as_slice());
+        }
+        for t in &a.add_timers {
+            batch.insert(&ks.timers, t.as_slice(), [].as_slice());
+        }
+        accepted.push(req.reply);
+    }
+    let result = batch.commit();
+    if let Err(e) = &result {
+        tracing::error!(error = %e, "reel: batch commit failed; {} writers get the error", accepted.len());
+        // The sequence numbers we advanced were not written: forget them.
+        cache.0.clear();
+    }
+    for reply in accepted {
+        let _ = reply.send(result.as_ref().map(|_| ()).map_err(|e| StorageError::Io(e.to_string())));
+    }
+}

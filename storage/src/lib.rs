@@ -1,0 +1,30 @@
+//! reel-storage: the durable home of every run.
+//!
+//! This crate owns the event model and everything that touches disk. Above it,
+//! `reel-actors` drives runs and `reel` replays handlers; neither names fjall. Every
+//! run's history is an append-only log of MessagePack [`Event`]s keyed by run id and
+//! big-endian sequence number. Appends are compare-and-set on the expected next
+//! sequence number, and are group-committed: one writer thread turns everything
+//! queued into one atomic batch and one fdatasync. Metadata and the due-time index of
+//! timers live in their own keyspaces and change in the same batch as the log, so
+//! recovery reads neither every log nor every finished run.
+//!
+//! # Layout
+//! - `event`: [`Event`], [`Payload`] and [`Failure`], the encoded log records.
+//! - `meta`: [`RunMeta`], [`RunState`] and [`TimerEntry`].
+//! - `store`: the narrow traits ([`LogWriter`], [`LogReader`], [`MetaReader`],
+//!   [`TimerReader`], [`Store`]) and the write unit [`Append`] with its [`Ticket`].
+//! - `fjall_store`: [`FjallStore`], the fjall backend and its group-commit writer.
+//! - `error`: [`StorageError`].
+
+mod error;
+mod event;
+mod fjall_store;
+mod meta;
+mod store;
+
+pub use error::StorageError;
+pub use event::{Event, Failure, Payload};
+pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};
+pub use meta::{ParentLink, RunMeta, RunState, TimerEntry};
+pub use store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};

@@ -1,0 +1,88 @@
+//! Run metadata and timer index entries.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Failure;
+
+/// Where a run stands, as kept in the metadata keyspace.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunState {
+    /// Started or woken and not yet suspended: recovery re-activates it.
+    Running,
+    /// Waiting for a timer, signal or child; nothing to do until woken.
+    Suspended {
+        /// Human-readable description of the waits.
+        waiting_on: String,
+        /// Whether one of the waits is a child run (recovery re-activates those to
+        /// re-subscribe to their children).
+        awaits_child: bool,
+    },
+    /// The handler returned a value.
+    Completed,
+    /// The handler returned an error.
+    Failed {
+        /// The recorded error.
+        error: Failure,
+    },
+    /// The run was cancelled.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+    /// The run cannot make progress with the registered code (divergence, missing
+    /// version, crash loop). It is retried when a host opens the store again.
+    Parked {
+        /// Why.
+        error: Failure,
+    },
+}
+
+impl RunState {
+    /// Whether the run has ended for good.
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self,
+            RunState::Completed | RunState::Failed { .. } | RunState::Cancelled { .. }
+        )
+    }
+}
+
+/// A child run's link to the parent wait that consumes its result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    /// The parent's run id.
+    pub run_id: String,
+    /// The wait id in the parent's log.
+    pub wait_id: String,
+}
+
+/// One run's metadata record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// The run id.
+    pub run_id: String,
+    /// Workflow name.
+    pub workflow: String,
+    /// Workflow version the run is bound to.
+    pub version: u32,
+    /// Current state.
+    pub state: RunState,
+    /// Creation time, Unix milliseconds.
+    pub created_at: u64,
+    /// Last change, Unix milliseconds.
+    pub updated_at: u64,
+    /// Set when the run was started as a child of another run.
+    pub parent: Option<ParentLink>,
+}
+
+/// One entry of the due-time index.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TimerEntry {
+    /// Due time, Unix milliseconds (first, so entries sort by due time).
+    pub fire_at: u64,
+    /// The run the timer belongs to.
+    pub run_id: String,
+    /// The timer id within the run.
+    pub timer_id: String,
+}

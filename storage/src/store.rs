@@ -1,0 +1,132 @@
+//! The narrow traits everything above storage is written against.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::oneshot;
+
+use crate::{Event, RunMeta, StorageError, TimerEntry};
+
+/// Result alias of this crate.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// One atomic write: events for one run plus the metadata and timer-index changes
+/// that go with them. All of it lands in one batch, or none of it does.
+#[derive(Clone, Debug, Default)]
+pub struct Append {
+    /// The run whose log is appended to.
+    pub run_id: String,
+    /// Compare-and-set: the sequence number the first event must get. `None` only for
+    /// writes without events (metadata or timer changes alone).
+    pub expected_seq: Option<u64>,
+    /// Events, in order; they get `expected_seq`, `expected_seq + 1`, ...
+    pub events: Vec<Event>,
+    /// New metadata for the run, if it changes.
+    pub meta: Option<RunMeta>,
+    /// Timer-index entries to add.
+    pub add_timers: Vec<TimerEntry>,
+    /// Timer-index entries to remove.
+    pub remove_timers: Vec<TimerEntry>,
+    /// Whether the caller needs the write fsynced before it is answered. Non-durable
+    /// writes still reach the OS before the answer (they survive a process kill) and
+    /// become durable with the next durable write, which is ordered after them.
+    pub durable: bool,
+}
+
+/// The answer to a submitted [`Append`]: resolves once the write is done (and
+/// fsynced, for a durable one).
+#[must_use = "a ticket tells whether the write landed"]
+#[derive(Debug)]
+pub struct Ticket(TicketInner);
+
+#[derive(Debug)]
+enum TicketInner {
+    Pending(oneshot::Receiver<Result<()>>),
+    Ready(Option<Result<()>>),
+}
+
+impl Ticket {
+    /// A ticket with its answer known up front.
+    pub fn ready(result: Result<()>) -> Ticket {
+        Ticket(TicketInner::Ready(Some(result)))
+    }
+
+    /// A ticket answered through a channel; a dropped sender reads as [`StorageError::Closed`].
+    pub fn pending(rx: oneshot::Receiver<Result<()>>) -> Ticket {
+        Ticket(TicketInner::Pending(rx))
+    }
+}
+
+impl Future for Ticket {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().0 {
+            TicketInner::Pending(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or(Err(StorageError::Closed))),
+            TicketInner::Ready(r) => Poll::Ready(r.take().unwrap_or(Err(StorageError::Closed))),
+        }
+    }
+}
+
+/// Appends to run logs.
+pub trait LogWriter: Send + Sync {
+    /// Queues `append`; it is ordered after every append submitted before it.
+    /// Never blocks: the answer comes through the [`Ticket`].
+    fn submit(&self, append: Append) -> Ticket;
+}
+
+/// Reads run logs. Calls block on disk I/O: call them off the async workers.
+pub trait LogReader: Send + Sync {
+    /// The whole log of one run, in order (empty for an unknown run).
+    ///
+    /// # Errors
+    /// [`StorageError::Corrupt`] naming the first record that does not decode, or a
+    /// gap in the sequence.
+    fn read_log(&self, run_id: &str) -> Result<Vec<Event>>;
+
+    /// The last event of a run and its sequence number.
+    ///
+    /// # Errors
+    /// As [`LogReader::read_log`].
+    fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>>;
+}
+
+/// Reads run metadata.
+pub trait MetaReader: Send + Sync {
+    /// One run's metadata.
+    ///
+    /// # Errors
+    /// I/O or a corrupt record.
+    fn get_run(&self, run_id: &str) -> Result<Option<RunMeta>>;
+
+    /// Every run's metadata, ordered by run id.
+    ///
+    /// # Errors
+    /// I/O or a corrupt record.
+    fn list_runs(&self) -> Result<Vec<RunMeta>>;
+
+    /// The runs that have not finished, without touching finished ones or any log.
+    ///
+    /// # Errors
+    /// I/O or a corrupt record.
+    fn unfinished_runs(&self) -> Result<Vec<RunMeta>>;
+}
+
+/// Reads the due-time index.
+pub trait TimerReader: Send + Sync {
+    /// Every pending timer, in due-time order.
+    ///
+    /// # Errors
+    /// I/O or a corrupt key.
+    fn timers(&self) -> Result<Vec<TimerEntry>>;
+}
+
+/// A complete backend: what the actors layer needs.
+pub trait Store: LogWriter + LogReader + MetaReader + TimerReader + 'static {
+    /// Stops accepting writes, waits for queued ones and releases the store (its
+    /// directory can be opened again afterwards). Idempotent.
+    fn close(&self);
+}
