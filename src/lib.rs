@@ -1,1 +1,67 @@
-//! x
+//! reel: durable workflows embedded in a Rust service.
+//!
+//! A service registers [`Workflow`] types with a [`Host`] and starts runs. Each run
+//! is an actor that owns its segment of an append-only event log in an embedded
+//! fjall store. On every wake-up (a timer fires, a signal arrives, a child finishes,
+//! the process restarts) the run re-runs its handler from the top and the recorded
+//! log steers it past finished work, so a crash loses nothing and repeats no
+//! recorded step.
+//!
+//! Crates: `reel` (this one: the API and the replay engine) → `reel-actors` (run
+//! actors, supervision, timers, passivation) → `reel-storage` (event model, fjall
+//! backend, group commit). `reel-actors` calls the replay engine through its
+//! `Engine` trait, so the graph stays one-way.
+//!
+//! # Layout
+//! - `workflow`: [`Workflow`] and [`RetryPolicy`].
+//! - `ctx`: [`Ctx`], [`StepCtx`], [`Approval`]: the durable primitives and the driver
+//!   that detects suspension.
+//! - `replay`: the synchronous, side-effect-free replay core (matching, ids,
+//!   divergence, signal and retry resolution).
+//! - `host`: [`Host`], [`HostBuilder`], [`RunHandle`], [`RunStatus`], [`RunInfo`].
+//! - `error`: [`Error`] and [`Result`].
+//! - [`testing`]: replay a recorded log without a host.
+//!
+//! # Example
+//! ```
+//! use std::time::Duration;
+//! use reel::{Ctx, Host, Workflow};
+//!
+//! struct Checkout;
+//! impl Workflow for Checkout {
+//!     const NAME: &'static str = "checkout";
+//!     type Input = u32;
+//!     type Output = String;
+//!     async fn run(&self, ctx: Ctx, cents: u32) -> reel::Result<String> {
+//!         let charge = ctx.step("charge", |s| async move {
+//!             Ok::<_, String>(format!("charge-{cents}-{}", s.idempotency_key()))
+//!         }).await?;
+//!         ctx.sleep(Duration::from_millis(10)).await?;
+//!         let paid: bool = ctx.wait_for_signal("payment").await?;
+//!         Ok(format!("{charge} paid={paid}"))
+//!     }
+//! }
+//!
+//! # #[tokio::main] async fn main() -> reel::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let host = Host::builder().path(dir.path()).register(Checkout).build().await?;
+//! let run = host.start::<Checkout>("order-42", 1999).await?;
+//! run.signal("payment", &true, "evt-1").await?;
+//! assert!(run.result().await?.ends_with("paid=true"));
+//! host.shutdown().await?;
+//! # Ok(()) }
+//! ```
+
+mod ctx;
+mod error;
+mod host;
+mod replay;
+pub mod testing;
+mod workflow;
+
+pub use ctx::{Approval, Ctx, StepCtx};
+pub use error::{Error, Result};
+pub use host::{Host, HostBuilder, RunHandle, RunInfo, RunStatus};
+pub use reel_storage::{Event, Failure, Payload};
+pub use uuid::Uuid;
+pub use workflow::{RetryPolicy, Workflow};

@@ -1,1 +1,36 @@
-//! x
+//! reel-actors: the live side of reel.
+//!
+//! One kameo actor per live run ([`RunActor`](run_actor)) owns the run's log segment,
+//! drives its handler through the replay engine on every wake-up, and passivates
+//! when the run only waits. Run actors are supervised with kameo's supervision
+//! (transient restart policy, restart limit): a crashing run is restarted from disk,
+//! and parked when it keeps crashing. A timer service wakes runs when their durable
+//! timers come due. [`Core`] routes messages to runs, activating passivated ones.
+//!
+//! Dependencies point one way: `reel` → `reel-actors` → `reel-storage`. This crate
+//! knows no workflow types: `reel` implements [`Engine`] (the replay engine for one
+//! workflow name and version) and [`Registry`], and this crate calls them.
+//!
+//! # Layout
+//! - `engine`: the seam to the replay engine: [`Engine`], [`Registry`],
+//!   [`Execution`], [`Outcome`].
+//! - `journal`: [`Journal`], a run's append handle (sequence numbers, timer index).
+//! - `core`: [`Core`], the live-run map, routing, recovery, waiters, child links.
+//! - `run_actor`: the per-run actor.
+//! - `supervisor`: rotating kameo supervisors that park crash-looping runs.
+//! - `timers`: the timer service actor.
+//! - `error`: [`ActorError`].
+
+mod core;
+mod engine;
+mod error;
+mod journal;
+mod run_actor;
+mod supervisor;
+mod timers;
+
+pub use crate::core::{Core, CoreOptions, Services, Started};
+pub use engine::{Engine, Execution, Outcome, Registry};
+pub use error::ActorError;
+pub use journal::{Journal, retry_timer_id};
+pub use timers::now_ms;

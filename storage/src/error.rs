@@ -8,7 +8,9 @@
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// Compare-and-set refused: another writer appended first (a stale writer).
-    #[error("append to run `{run_id}` refused: expected next sequence {expected}, log is at {actual}")]
+    #[error(
+        "append to run `{run_id}` refused: expected next sequence {expected}, log is at {actual}"
+    )]
     Conflict {
         /// The run.
         run_id: String,

@@ -86,7 +86,10 @@ impl fmt::Display for Failure {
                 "replay diverged at event {index}: the log has {expected}, the handler did {found}"
             ),
             Failure::VersionMismatch { workflow, version } => {
-                write!(f, "workflow `{workflow}` version {version} is not registered")
+                write!(
+                    f,
+                    "workflow `{workflow}` version {version} is not registered"
+                )
             }
             Failure::UnknownWorkflow(w) => write!(f, "workflow `{w}` is not registered"),
             Failure::Cancelled(reason) => write!(f, "cancelled: {reason}"),

@@ -220,6 +220,11 @@ impl FjallStore {
 
     fn encode(append: Append) -> Result<Encoded> {
         check_run_id(&append.run_id)?;
+        // A timer key is due time ++ run id ++ NUL ++ timer id: a run id with a NUL
+        // would read back as another run's timer.
+        for t in append.add_timers.iter().chain(&append.remove_timers) {
+            check_run_id(&t.run_id)?;
+        }
         let records = append
             .events
             .iter()
@@ -377,9 +382,6 @@ impl SeqCache {
             Some(g) => seq_of(run_id, &g.key()?)? + 1,
             None => 0,
         };
-        if self.0.len() >= SEQ_CACHE_LIMIT {
-            self.0.clear();
-        }
         self.0.insert(run_id.to_owned(), next);
         Ok(next)
     }
@@ -402,6 +404,14 @@ fn writer_loop(ks: Keyspaces, rx: Receiver<Request>) {
 }
 
 fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>) {
+    // While a batch is being built the cache holds sequence numbers of records not on
+    // disk yet, so it may only shrink between batches: clearing it or dropping a run
+    // mid-batch would make the next check of that run read the stale on-disk tail and
+    // accept a second writer for a sequence number already taken in this batch.
+    if cache.0.len() >= SEQ_CACHE_LIMIT {
+        cache.0.clear();
+    }
+    let mut finished_runs = Vec::new();
     let durable = pending.iter().any(|r| r.append.durable);
     let mut batch = ks.db.batch().durability(Some(if durable {
         PersistMode::SyncData
@@ -428,15 +438,21 @@ fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>
                 continue;
             }
             for (i, record) in a.records.iter().enumerate() {
-                batch.insert(&ks.log, log_key(&a.run_id, expected + i as u64), record.as_slice());
+                batch.insert(
+                    &ks.log,
+                    log_key(&a.run_id, expected + i as u64),
+                    record.as_slice(),
+                );
             }
-            cache.0.insert(a.run_id.clone(), expected + a.records.len() as u64);
+            cache
+                .0
+                .insert(a.run_id.clone(), expected + a.records.len() as u64);
         }
         if let Some((meta, finished)) = &a.meta {
             batch.insert(&ks.runs, a.run_id.as_str(), meta.as_slice());
             if *finished {
                 batch.remove(&ks.active, a.run_id.as_str());
-                cache.0.remove(&a.run_id);
+                finished_runs.push(a.run_id.clone());
             } else {
                 batch.insert(&ks.active, a.run_id.as_str(), meta.as_slice());
             }
@@ -454,8 +470,19 @@ fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>
         tracing::error!(error = %e, "reel: batch commit failed; {} writers get the error", accepted.len());
         // The sequence numbers we advanced were not written: forget them.
         cache.0.clear();
+    } else {
+        // Finished runs take no more appends: keep the cache small. Only now that
+        // their records are on disk can a later check read their tail from there.
+        for run_id in &finished_runs {
+            cache.0.remove(run_id);
+        }
     }
     for reply in accepted {
-        let _ = reply.send(result.as_ref().map(|_| ()).map_err(|e| StorageError::Io(e.to_string())));
+        let _ = reply.send(
+            result
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| StorageError::Io(e.to_string())),
+        );
     }
 }

@@ -1,0 +1,678 @@
+//! The host core: the live-run map, activation, routing of messages to run actors,
+//! recovery, result waiters and child-run links.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kameo::actor::{ActorId, ActorRef, Spawn};
+use kameo::error::{ActorStopReason, SendError};
+use kameo::message::Message;
+use kameo::supervision::RestartPolicy;
+use reel_storage::{
+    Append, Event, Failure, ParentLink, Payload, RunMeta, RunState, StorageError, Store,
+    TimerEntry, check_run_id,
+};
+use tokio::sync::{Semaphore, oneshot};
+
+use crate::engine::Registry;
+use crate::error::ActorError;
+use crate::run_actor::{Delivery, Resume, RunActor, RunArgs, StopRun};
+use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
+use crate::timers::{AddTimers, TimerArgs, TimerService, now_ms};
+
+/// Tuning of a [`Core`].
+#[derive(Clone, Debug)]
+pub struct CoreOptions {
+    /// How long a suspended run keeps its actor (and decoded log) before it is
+    /// passivated: actor stopped, state left on disk.
+    pub passivate_after: Duration,
+    /// Restarts of a crashing run actor allowed within `restart_window` before the
+    /// run is parked.
+    pub restart_limit: u32,
+    /// See `restart_limit`.
+    pub restart_window: Duration,
+    /// Activations running at once during recovery and timer storms.
+    pub activation_concurrency: usize,
+}
+
+impl Default for CoreOptions {
+    fn default() -> Self {
+        CoreOptions {
+            passivate_after: Duration::from_secs(10),
+            restart_limit: 3,
+            restart_window: Duration::from_secs(30),
+            activation_concurrency: 256,
+        }
+    }
+}
+
+/// What [`Core::start`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// A new run was created.
+    Created,
+    /// A run of the same workflow already had this id; nothing changed.
+    Existing,
+}
+
+/// The shared state of one host. Runs, the timer service and the supervisors hold
+/// weak references to it; the host holds the strong one.
+pub struct Core {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) registry: Arc<dyn Registry>,
+    pub(crate) options: CoreOptions,
+    live: tokio::sync::Mutex<HashMap<Arc<str>, ActorRef<RunActor>>>,
+    actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,
+    crash_messages: Mutex<HashMap<Arc<str>, String>>,
+    supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
+    timers: ActorRef<TimerService>,
+    waiters: Mutex<HashMap<String, Vec<oneshot::Sender<()>>>>,
+    child_subscribers: Mutex<HashMap<String, Vec<ParentLink>>>,
+    activations: Semaphore,
+    closing: AtomicBool,
+    me: Weak<Core>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core").finish_non_exhaustive()
+    }
+}
+
+/// Runs `f` on the blocking pool: fjall calls stay off the async workers.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+) -> Result<T, StorageError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StorageError::Io(format!("blocking task failed: {e}")))?
+}
+
+/// Host services handed to the replay engine.
+#[derive(Clone)]
+pub struct Services(pub(crate) Weak<Core>);
+
+impl Services {
+    /// Starts the child run (idempotent on its id) and arranges for its result to be
+    /// delivered to `parent`'s wait `wait_id`, also when it has already finished.
+    /// A child that cannot be started is delivered as a failed child.
+    pub async fn ensure_child(
+        &self,
+        parent: &str,
+        wait_id: &str,
+        workflow: &str,
+        version: u32,
+        child_run_id: &str,
+        input: Payload,
+    ) {
+        let Some(core) = self.0.upgrade() else { return };
+        let link = ParentLink {
+            run_id: parent.to_owned(),
+            wait_id: wait_id.to_owned(),
+        };
+        // Subscribe before looking, so a completion in between is not missed.
+        core.child_subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(child_run_id.to_owned())
+            .or_default()
+            .push(link.clone());
+        let started = core
+            .start(workflow, version, child_run_id, input, Some(link.clone()))
+            .await;
+        let failure = match started {
+            Ok(_) => match core.meta(child_run_id).await {
+                Ok(Some(meta)) if meta.state.is_finished() => {
+                    core.notify_parents(&meta, std::iter::once(link));
+                    return;
+                }
+                Ok(_) => return,
+                Err(e) => Failure::Other(e.to_string()),
+            },
+            Err(ActorError::NotRegistered(f)) => f,
+            Err(ActorError::Shutdown) => return,
+            Err(e) => Failure::Other(e.to_string()),
+        };
+        core.spawn_delivery(
+            parent.to_owned(),
+            Delivery::ChildDone {
+                wait_id: wait_id.to_owned(),
+                result: Err(failure),
+            },
+        );
+    }
+}
+
+impl Core {
+    /// Opens a core over `store`: starts the timer service (which loads the due-time
+    /// index) and begins recovery of unfinished runs in the background, so it returns
+    /// as soon as the store is readable.
+    ///
+    /// # Errors
+    /// A storage error from the recovery scan.
+    pub async fn open(
+        store: Arc<dyn Store>,
+        registry: Arc<dyn Registry>,
+        options: CoreOptions,
+    ) -> Result<Arc<Core>, ActorError> {
+        let scan = store.clone();
+        let unfinished = blocking(move || scan.unfinished_runs()).await?;
+        let core = Arc::new_cyclic(|me: &Weak<Core>| {
+            let timers = TimerService::spawn(TimerArgs {
+                core: me.clone(),
+                store: store.clone(),
+            });
+            Core {
+                activations: Semaphore::new(options.activation_concurrency.max(1)),
+                store,
+                registry,
+                options,
+                live: tokio::sync::Mutex::new(HashMap::new()),
+                actor_runs: Mutex::new(HashMap::new()),
+                crash_messages: Mutex::new(HashMap::new()),
+                supervisors: tokio::sync::Mutex::new((RunSupervisor::spawn(me.clone()), 0)),
+                timers,
+                waiters: Mutex::new(HashMap::new()),
+                child_subscribers: Mutex::new(HashMap::new()),
+                closing: AtomicBool::new(false),
+                me: me.clone(),
+            }
+        });
+        let to_resume: Vec<String> = unfinished
+            .into_iter()
+            .filter(|m| match &m.state {
+                RunState::Running | RunState::Parked { .. } => true,
+                RunState::Suspended { awaits_child, .. } => *awaits_child,
+                _ => false,
+            })
+            .map(|m| m.run_id)
+            .collect();
+        tracing::info!(resuming = to_resume.len(), "reel: recovery started");
+        // A bare task: it only sends messages, and stops at the first refusal once
+        // the host is closing.
+        let weak = Arc::downgrade(&core);
+        tokio::spawn(async move {
+            futures::stream::iter(to_resume)
+                .for_each_concurrent(64, |run_id| {
+                    let weak = weak.clone();
+                    async move {
+                        let Some(core) = weak.upgrade() else { return };
+                        if let Err(e) = core.deliver(&run_id, Resume).await {
+                            tracing::warn!(run_id, error = %e, "reel: recovery could not resume run");
+                        }
+                    }
+                })
+                .await;
+        });
+        Ok(core)
+    }
+
+    fn check_open(&self) -> Result<(), ActorError> {
+        if self.closing.load(Ordering::Acquire) {
+            Err(ActorError::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Creates a run (idempotent on `run_id` for the same workflow) and starts it.
+    ///
+    /// # Errors
+    /// [`ActorError::NotRegistered`] for an unknown workflow or version,
+    /// [`ActorError::RunExists`] when another workflow has the id, storage errors.
+    pub async fn start(
+        &self,
+        workflow: &str,
+        version: u32,
+        run_id: &str,
+        input: Payload,
+        parent: Option<ParentLink>,
+    ) -> Result<Started, ActorError> {
+        self.check_open()?;
+        check_run_id(run_id)?;
+        self.registry
+            .lookup(workflow, version)
+            .map_err(ActorError::NotRegistered)?;
+        if let Some(existing) = self.meta(run_id).await? {
+            return Core::existing(existing, workflow);
+        }
+        let now = now_ms();
+        let meta = RunMeta {
+            run_id: run_id.to_owned(),
+            workflow: workflow.to_owned(),
+            version,
+            state: RunState::Running,
+            created_at: now,
+            updated_at: now,
+            parent,
+        };
+        let created = self
+            .store
+            .submit(Append {
+                run_id: run_id.to_owned(),
+                expected_seq: Some(0),
+                events: vec![Event::RunStarted {
+                    workflow: workflow.to_owned(),
+                    version,
+                    input,
+                }],
+                meta: Some(meta),
+                durable: true,
+                ..Append::default()
+            })
+            .await;
+        match created {
+            Ok(()) => {}
+            // Someone created it first: answer as for an existing run.
+            Err(StorageError::Conflict { .. }) => {
+                let existing = self
+                    .meta(run_id)
+                    .await?
+                    .ok_or_else(|| ActorError::UnknownRun(run_id.to_owned()))?;
+                return Core::existing(existing, workflow);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.deliver(run_id, Resume).await?;
+        Ok(Started::Created)
+    }
+
+    fn existing(existing: RunMeta, workflow: &str) -> Result<Started, ActorError> {
+        if existing.workflow == workflow {
+            Ok(Started::Existing)
+        } else {
+            Err(ActorError::RunExists {
+                run_id: existing.run_id,
+                workflow: existing.workflow,
+            })
+        }
+    }
+
+    /// A run's metadata.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn meta(&self, run_id: &str) -> Result<Option<RunMeta>, ActorError> {
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        Ok(blocking(move || store.get_run(&id)).await?)
+    }
+
+    /// Every run's metadata.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn list(&self) -> Result<Vec<RunMeta>, ActorError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.list_runs()).await?)
+    }
+
+    /// A run's durable log, readable while the run runs.
+    ///
+    /// # Errors
+    /// [`ActorError::UnknownRun`], storage errors (a corrupt record names its run and
+    /// sequence).
+    pub async fn events(&self, run_id: &str) -> Result<Vec<Event>, ActorError> {
+        self.known(run_id).await?;
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        Ok(blocking(move || store.read_log(&id)).await?)
+    }
+
+    /// The last event of a run's log.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn last_event(&self, run_id: &str) -> Result<Option<Event>, ActorError> {
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        Ok(blocking(move || store.last_event(&id))
+            .await?
+            .map(|(_, e)| e))
+    }
+
+    async fn known(&self, run_id: &str) -> Result<RunMeta, ActorError> {
+        self.meta(run_id)
+            .await?
+            .ok_or_else(|| ActorError::UnknownRun(run_id.to_owned()))
+    }
+
+    /// Delivers a signal (deduplicated by `signal_id`) and wakes the run.
+    ///
+    /// # Errors
+    /// [`ActorError::UnknownRun`], [`ActorError::RunFinished`], storage errors.
+    pub async fn signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        signal_id: &str,
+        payload: Payload,
+    ) -> Result<(), ActorError> {
+        self.check_open()?;
+        let meta = self.known(run_id).await?;
+        if meta.state.is_finished() {
+            return Err(ActorError::RunFinished(run_id.to_owned()));
+        }
+        self.deliver(
+            run_id,
+            Delivery::Signal {
+                name: name.to_owned(),
+                signal_id: signal_id.to_owned(),
+                payload,
+            },
+        )
+        .await
+    }
+
+    /// Cancels a run (and its unfinished children).
+    ///
+    /// # Errors
+    /// [`ActorError::UnknownRun`], [`ActorError::RunFinished`] for a completed or
+    /// failed run (cancelling a cancelled run is a no-op), storage errors.
+    pub async fn cancel(&self, run_id: &str, reason: &str) -> Result<(), ActorError> {
+        self.check_open()?;
+        let meta = self.known(run_id).await?;
+        match meta.state {
+            RunState::Cancelled { .. } => return Ok(()),
+            s if s.is_finished() => return Err(ActorError::RunFinished(run_id.to_owned())),
+            _ => {}
+        }
+        self.deliver(
+            run_id,
+            Delivery::Cancel {
+                reason: reason.to_owned(),
+            },
+        )
+        .await
+    }
+
+    /// Waits until the run has finished or is parked, and returns its metadata.
+    ///
+    /// # Errors
+    /// [`ActorError::UnknownRun`], [`ActorError::Shutdown`], storage errors.
+    pub async fn wait_settled(&self, run_id: &str) -> Result<RunMeta, ActorError> {
+        loop {
+            let (tx, rx) = oneshot::channel();
+            self.waiters
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(run_id.to_owned())
+                .or_default()
+                .push(tx);
+            let meta = self.known(run_id).await?;
+            if meta.state.is_finished() || matches!(meta.state, RunState::Parked { .. }) {
+                return Ok(meta);
+            }
+            if rx.await.is_err() {
+                return Err(ActorError::Shutdown);
+            }
+        }
+    }
+
+    /// Stops every run actor, the timer service and the supervisors, then closes the
+    /// store. Unfinished runs stay resumable by the next host on the same path.
+    pub async fn shutdown(&self) {
+        self.closing.store(true, Ordering::Release);
+        let _ = self.timers.stop_gracefully().await;
+        self.timers.wait_for_shutdown().await;
+        let live: Vec<ActorRef<RunActor>> =
+            self.live.lock().await.drain().map(|(_, a)| a).collect();
+        for actor in &live {
+            let _ = actor.ask(StopRun).await;
+        }
+        for actor in &live {
+            actor.wait_for_shutdown().await;
+        }
+        let sup = self.supervisors.lock().await.0.clone();
+        let _ = sup.stop_gracefully().await;
+        sup.wait_for_shutdown().await;
+        // Wake every result() waiter: they get `Shutdown`.
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.store.close();
+    }
+
+    // ---- inside the crate ----
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn schedule_timers(&self, timers: Vec<TimerEntry>) {
+        let _ = self.timers.tell(AddTimers(timers)).try_send();
+    }
+
+    pub(crate) fn fire_timer(&self, timer: TimerEntry) {
+        let run_id = timer.run_id.clone();
+        self.spawn_delivery(run_id, Delivery::Timer(timer));
+    }
+
+    /// Delivers in the background, bounded by the activation semaphore. A bare task:
+    /// it ends after one delivery; once the host is closing, delivery is refused.
+    pub(crate) fn spawn_delivery(&self, run_id: String, delivery: Delivery) {
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let Ok(_permit) = core.activations.acquire().await else {
+                return;
+            };
+            match core.deliver(&run_id, delivery).await {
+                Ok(()) | Err(ActorError::Shutdown | ActorError::RunFinished(_)) => {}
+                Err(e) => tracing::warn!(run_id, error = %e, "reel: background delivery failed"),
+            }
+        });
+    }
+
+    /// Sends `msg` to the run's actor, activating it if it is passivated, and retrying
+    /// when the actor stopped (passivated or restarted) while the message was queued.
+    pub(crate) async fn deliver<M>(&self, run_id: &str, msg: M) -> Result<(), ActorError>
+    where
+        M: Clone + Send + 'static,
+        RunActor: Message<M, Reply = Result<(), ActorError>>,
+    {
+        let mut last = String::new();
+        for _ in 0..16 {
+            self.check_open()?;
+            let actor = self.actor_for(run_id).await?;
+            match actor.ask(msg.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(SendError::HandlerError(ActorError::Retired)) => {}
+                Err(SendError::HandlerError(e)) => return Err(e),
+                Err(e) => last = e.to_string(),
+            }
+            self.forget(run_id, &actor).await;
+            tokio::task::yield_now().await;
+        }
+        Err(ActorError::Unavailable {
+            run_id: run_id.to_owned(),
+            reason: last,
+        })
+    }
+
+    async fn forget(&self, run_id: &str, actor: &ActorRef<RunActor>) {
+        let mut live = self.live.lock().await;
+        if live.get(run_id).is_some_and(|a| a.id() == actor.id()) {
+            live.remove(run_id);
+        }
+    }
+
+    /// Removes the run's entry if it is still `actor`: called by a passivating actor.
+    pub(crate) async fn retire(&self, run_id: &str, actor: &ActorRef<RunActor>) {
+        self.forget(run_id, actor).await;
+    }
+
+    async fn actor_for(&self, run_id: &str) -> Result<ActorRef<RunActor>, ActorError> {
+        let mut live = self.live.lock().await;
+        if let Some(actor) = live.get(run_id)
+            && actor.is_alive()
+        {
+            return Ok(actor.clone());
+        }
+        let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
+        let run: Arc<str> = Arc::from(run_id);
+        let first = AtomicBool::new(true);
+        let args_run = run.clone();
+        let args_core = core.clone();
+        let factory = move || RunArgs {
+            core: Arc::downgrade(&args_core),
+            run_id: args_run.clone(),
+            // A restart by the supervisor resumes on its own; the first start is
+            // driven by the message that activated it.
+            resume: !first.swap(false, Ordering::AcqRel),
+        };
+        let supervisor = self.supervisor().await;
+        let actor = RunActor::supervise_with(&supervisor, factory)
+            .restart_policy(RestartPolicy::Transient)
+            .restart_limit(self.options.restart_limit, self.options.restart_window)
+            .spawn()
+            .await;
+        self.actor_runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(actor.id(), run.clone());
+        live.insert(run, actor.clone());
+        Ok(actor)
+    }
+
+    async fn supervisor(&self) -> ActorRef<RunSupervisor> {
+        let mut sup = self.supervisors.lock().await;
+        if sup.1 >= CHILDREN_PER_SUPERVISOR {
+            let old = std::mem::replace(&mut sup.0, RunSupervisor::spawn(self.me.clone()));
+            let _ = old.tell(Retire(sup.1)).await;
+            sup.1 = 0;
+        }
+        sup.1 += 1;
+        sup.0.clone()
+    }
+
+    /// Called by a supervisor when a run actor stopped for good.
+    pub(crate) async fn run_actor_stopped(&self, id: ActorId, reason: &ActorStopReason) {
+        let Some(run_id) = self
+            .actor_runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+        else {
+            return;
+        };
+        {
+            let mut live = self.live.lock().await;
+            if live.get(&run_id).is_some_and(|a| a.id() == id) {
+                live.remove(&run_id);
+            }
+        }
+        let crash = self
+            .crash_messages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&run_id);
+        if matches!(
+            reason,
+            ActorStopReason::Normal | ActorStopReason::SupervisorRestart
+        ) || self.is_closing()
+        {
+            return;
+        }
+        let message = crash.unwrap_or_else(|| format!("{reason:?}"));
+        tracing::error!(run_id = %run_id, error = %message, "reel: run keeps crashing; parked");
+        if let Err(e) = self.park(&run_id, Failure::Crashed(message)).await {
+            tracing::error!(run_id = %run_id, error = %e, "reel: could not park run");
+        }
+    }
+
+    pub(crate) fn record_crash(&self, run_id: &Arc<str>, message: String) {
+        self.crash_messages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.clone(), message);
+    }
+
+    /// Marks a run parked (metadata only) and wakes its result waiters.
+    pub(crate) async fn park(&self, run_id: &str, error: Failure) -> Result<(), ActorError> {
+        let Some(mut meta) = self.meta(run_id).await? else {
+            return Ok(());
+        };
+        if meta.state.is_finished() {
+            return Ok(());
+        }
+        meta.state = RunState::Parked { error };
+        meta.updated_at = now_ms();
+        self.store
+            .submit(Append {
+                run_id: run_id.to_owned(),
+                meta: Some(meta),
+                durable: true,
+                ..Append::default()
+            })
+            .await?;
+        self.notify_settled(run_id);
+        Ok(())
+    }
+
+    pub(crate) fn notify_settled(&self, run_id: &str) {
+        let waiters = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
+        for w in waiters.into_iter().flatten() {
+            let _ = w.send(());
+        }
+    }
+
+    /// A run finished: wake result waiters and deliver the result to parents.
+    pub(crate) fn run_finished(&self, meta: &RunMeta) {
+        self.notify_settled(&meta.run_id);
+        let subscribers = self
+            .child_subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&meta.run_id)
+            .unwrap_or_default();
+        let parents = meta.parent.iter().cloned().chain(subscribers);
+        self.notify_parents(meta, parents);
+    }
+
+    fn notify_parents(&self, meta: &RunMeta, parents: impl Iterator<Item = ParentLink>) {
+        let mut parents: Vec<ParentLink> = parents.collect();
+        parents.sort_by(|a, b| (&a.run_id, &a.wait_id).cmp(&(&b.run_id, &b.wait_id)));
+        parents.dedup();
+        if parents.is_empty() {
+            return;
+        }
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        let child = meta.clone();
+        tokio::spawn(async move {
+            let result = match &child.state {
+                RunState::Completed => match core.last_event(&child.run_id).await {
+                    Ok(Some(Event::RunCompleted { output })) => Ok(output),
+                    Ok(other) => Err(Failure::Other(format!(
+                        "child `{}` has no result ({other:?})",
+                        child.run_id
+                    ))),
+                    Err(e) => Err(Failure::Other(e.to_string())),
+                },
+                RunState::Failed { error } => Err(error.clone()),
+                RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),
+                _ => return,
+            };
+            for p in parents {
+                core.spawn_delivery(
+                    p.run_id,
+                    Delivery::ChildDone {
+                        wait_id: p.wait_id,
+                        result: result.clone(),
+                    },
+                );
+            }
+        });
+    }
+}

@@ -1,0 +1,62 @@
+//! The seam between the actors and the replay engine in `reel`.
+//!
+//! `reel-actors` does not know workflow types: `reel` registers one [`Engine`] per
+//! workflow name and version, and the run actor hands it an [`Execution`] on every
+//! wake-up. The engine replays the handler against [`Execution::history`], appends
+//! what is new through [`Execution::journal`] and reports an [`Outcome`].
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use reel_storage::{Event, Failure, Payload};
+
+use crate::core::Services;
+use crate::journal::Journal;
+
+/// How one execution of a handler ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The handler returned a value: the run completes.
+    Completed(Payload),
+    /// The handler returned an error: the run fails with it.
+    Failed(Failure),
+    /// Every branch of the handler waits on something durable (timer, signal, child).
+    Suspended {
+        /// Human-readable description of the waits.
+        waiting_on: String,
+        /// Whether one of the waits is a child run.
+        awaits_child: bool,
+    },
+    /// The handler cannot go on with this code (replay divergence). Only metadata
+    /// records this; the log is left as it was so fixed code can resume the run.
+    Parked(Failure),
+    /// The handler panicked outside a step: the actor crashes and the supervisor
+    /// restarts it from disk.
+    Crashed(String),
+}
+
+/// One wake-up's worth of work for an [`Engine`].
+pub struct Execution {
+    /// The run.
+    pub run_id: Arc<str>,
+    /// The log as recorded when the execution began (the first event is `RunStarted`).
+    pub history: Arc<Vec<Event>>,
+    /// Appends new events to the run's log (the run's only writer).
+    pub journal: Journal,
+    /// Host services (child runs).
+    pub services: Services,
+}
+
+/// One registered workflow definition (one name and version), type-erased.
+pub trait Engine: Send + Sync + 'static {
+    /// Replays the handler from the top against `execution.history` and runs it until
+    /// it finishes or suspends.
+    fn execute(&self, execution: Execution) -> BoxFuture<'static, Outcome>;
+}
+
+/// Finds the engine for a run's workflow name and version.
+pub trait Registry: Send + Sync + 'static {
+    /// # Errors
+    /// [`Failure::UnknownWorkflow`] or [`Failure::VersionMismatch`].
+    fn lookup(&self, workflow: &str, version: u32) -> Result<Arc<dyn Engine>, Failure>;
+}

@@ -1,0 +1,43 @@
+//! The actors layer's error type.
+
+use reel_storage::{Failure, StorageError};
+
+/// Why a host operation was refused.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ActorError {
+    /// No run has this id.
+    #[error("unknown run `{0}`")]
+    UnknownRun(String),
+    /// The id is taken by a run of another workflow.
+    #[error("run id `{run_id}` is taken by a run of workflow `{workflow}`")]
+    RunExists {
+        /// The run id.
+        run_id: String,
+        /// The workflow of the existing run.
+        workflow: String,
+    },
+    /// The run has finished; it takes no more signals.
+    #[error("run `{0}` has finished")]
+    RunFinished(String),
+    /// The workflow (or its version) is not registered.
+    #[error("{0}")]
+    NotRegistered(Failure),
+    /// The store failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The host is shutting down.
+    #[error("the host is shut down")]
+    Shutdown,
+    /// The run's actor could not be reached (it keeps stopping or failing to start).
+    #[error("run `{run_id}` is unavailable: {reason}")]
+    Unavailable {
+        /// The run id.
+        run_id: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The run actor was retired while the message was queued; the sender retries.
+    #[error("run actor retired")]
+    Retired,
+}

@@ -1,0 +1,547 @@
+//! One kameo actor per live run: the run's only writer.
+//!
+//! On every wake-up (start, timer, signal, child result, restart) the actor hands the
+//! run's log to the replay engine, which re-runs the handler from the top. The
+//! execution runs in its own task so the actor stays responsive: a signal that
+//! arrives mid-execution is appended at once and marks the run dirty, and the handler
+//! is replayed again as soon as the current execution suspends. A run that stays
+//! suspended for `passivate_after` is passivated: the actor stops and drops its
+//! decoded log; the next message activates a fresh one from disk.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Weak};
+
+use futures::FutureExt;
+use kameo::actor::{Actor, ActorRef, WeakActorRef};
+use kameo::error::ActorStopReason;
+use kameo::message::{Context, Message};
+use reel_storage::{Event, Failure, Payload, RunMeta, RunState, TimerEntry};
+use tokio::task::AbortHandle;
+use tracing::Instrument;
+
+use crate::core::{Core, Services, blocking};
+use crate::engine::{Engine, Execution, Outcome};
+use crate::error::ActorError;
+use crate::journal::{Journal, pending_timers};
+use crate::timers::now_ms;
+
+pub(crate) struct RunArgs {
+    pub(crate) core: Weak<Core>,
+    pub(crate) run_id: Arc<str>,
+    pub(crate) resume: bool,
+}
+
+pub(crate) struct RunActor {
+    core: Arc<Core>,
+    run_id: Arc<str>,
+    meta: RunMeta,
+    journal: Journal,
+    engine: Result<Arc<dyn Engine>, Failure>,
+    broken: Option<String>,
+    exec: Option<AbortHandle>,
+    generation: u64,
+    idle_generation: u64,
+    dirty: bool,
+    retired: bool,
+}
+
+/// Run the handler now (start, recovery, restart). Also resumes a parked run.
+#[derive(Clone, Copy)]
+pub(crate) struct Resume;
+
+/// Something that wakes a run.
+#[derive(Clone, Debug)]
+pub(crate) enum Delivery {
+    Signal {
+        name: String,
+        signal_id: String,
+        payload: Payload,
+    },
+    Timer(TimerEntry),
+    ChildDone {
+        wait_id: String,
+        result: Result<Payload, Failure>,
+    },
+    Cancel {
+        reason: String,
+    },
+}
+
+/// Stop now (host shutdown); the run stays resumable.
+#[derive(Clone, Copy)]
+pub(crate) struct StopRun;
+
+struct ExecDone {
+    generation: u64,
+    outcome: Outcome,
+}
+
+struct Passivate(u64);
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic with a non-string payload".to_owned())
+}
+
+impl Actor for RunActor {
+    type Args = RunArgs;
+    type Error = ActorError;
+
+    async fn on_start(args: RunArgs, me: ActorRef<Self>) -> Result<Self, ActorError> {
+        let core = args.core.upgrade().ok_or(ActorError::Shutdown)?;
+        let store = core.store.clone();
+        let id = args.run_id.clone();
+        let (meta, log) = blocking(move || {
+            let meta = store.get_run(&id)?;
+            Ok((meta, store.read_log(&id)))
+        })
+        .await?;
+        let meta = meta.ok_or_else(|| ActorError::UnknownRun(args.run_id.to_string()))?;
+        let (log, broken) = match log {
+            Ok(log) if matches!(log.first(), Some(Event::RunStarted { .. })) => (log, None),
+            Ok(_) => (
+                Vec::new(),
+                Some("log does not begin with RunStarted".to_owned()),
+            ),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        if let Some(reason) = &broken {
+            tracing::error!(run_id = %args.run_id, %reason, "reel: run log unreadable; parked");
+            core.park(
+                &args.run_id,
+                Failure::Other(format!("unreadable log: {reason}")),
+            )
+            .await?;
+        }
+        let engine = core.registry.lookup(&meta.workflow, meta.version);
+        let journal = Journal::new(
+            args.run_id.clone(),
+            core.store.clone(),
+            Arc::downgrade(&core),
+            log,
+        );
+        if args.resume && broken.is_none() {
+            let _ = me.tell(Resume).try_send();
+        }
+        Ok(RunActor {
+            core,
+            run_id: args.run_id,
+            meta,
+            journal,
+            engine,
+            broken,
+            exec: None,
+            generation: 0,
+            idle_generation: 0,
+            dirty: false,
+            retired: false,
+        })
+    }
+
+    async fn on_stop(
+        &mut self,
+        _: WeakActorRef<Self>,
+        _: ActorStopReason,
+    ) -> Result<(), ActorError> {
+        self.abort_execution();
+        Ok(())
+    }
+}
+
+impl Drop for RunActor {
+    fn drop(&mut self) {
+        self.abort_execution();
+    }
+}
+
+impl RunActor {
+    fn abort_execution(&mut self) {
+        if let Some(exec) = self.exec.take() {
+            exec.abort();
+        }
+        self.generation += 1;
+    }
+
+    fn check_usable(&self) -> Result<(), ActorError> {
+        if self.retired {
+            return Err(ActorError::Retired);
+        }
+        if let Some(reason) = &self.broken {
+            return Err(ActorError::Unavailable {
+                run_id: self.run_id.to_string(),
+                reason: reason.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts an execution, or marks the run dirty if one is under way.
+    async fn begin(&mut self, me: &ActorRef<Self>, force: bool) {
+        if self.meta.state.is_finished()
+            || self.broken.is_some()
+            || (!force && matches!(self.meta.state, RunState::Parked { .. }))
+        {
+            return;
+        }
+        if self.exec.is_some() {
+            self.dirty = true;
+            return;
+        }
+        let engine = match &self.engine {
+            Ok(engine) => engine.clone(),
+            Err(failure) => {
+                let failure = failure.clone();
+                self.park(failure).await;
+                return;
+            }
+        };
+        self.generation += 1;
+        self.idle_generation += 1;
+        self.dirty = false;
+        let generation = self.generation;
+        let execution = Execution {
+            run_id: self.run_id.clone(),
+            history: self.journal.snapshot(),
+            journal: self.journal.clone(),
+            services: Services(Arc::downgrade(&self.core)),
+        };
+        let span = tracing::info_span!(
+            "reel.run",
+            run_id = %self.run_id,
+            workflow = %self.meta.workflow,
+            version = self.meta.version,
+            generation
+        );
+        let future = engine.execute(execution);
+        let me = me.clone();
+        let task = tokio::spawn(
+            async move {
+                let outcome = AssertUnwindSafe(future)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|p| Outcome::Crashed(panic_message(p)));
+                let _ = me
+                    .tell(ExecDone {
+                        generation,
+                        outcome,
+                    })
+                    .await;
+            }
+            .instrument(span),
+        );
+        self.exec = Some(task.abort_handle());
+    }
+
+    fn meta_with(&self, state: RunState) -> RunMeta {
+        RunMeta {
+            state,
+            updated_at: now_ms(),
+            ..self.meta.clone()
+        }
+    }
+
+    async fn park(&mut self, failure: Failure) {
+        if matches!(&self.meta.state, RunState::Parked { error } if *error == failure) {
+            self.core.notify_settled(&self.run_id);
+            return;
+        }
+        tracing::warn!(run_id = %self.run_id, error = %failure, "reel: run parked");
+        let meta = self.meta_with(RunState::Parked { error: failure });
+        match self
+            .journal
+            .append_with(Vec::new(), Some(meta.clone()), Vec::new(), true)
+            .await
+        {
+            Ok(()) => self.meta = meta,
+            Err(e) => {
+                tracing::error!(run_id = %self.run_id, error = %e, "reel: could not park run")
+            }
+        }
+        self.core.notify_settled(&self.run_id);
+    }
+
+    /// Appends the events that wake the run, flipping a suspended run back to running
+    /// in the same batch so that recovery resumes it if the process dies now.
+    async fn append_wake(
+        &mut self,
+        events: Vec<Event>,
+        remove: Vec<TimerEntry>,
+    ) -> Result<(), ActorError> {
+        let meta = matches!(self.meta.state, RunState::Suspended { .. })
+            .then(|| self.meta_with(RunState::Running));
+        self.journal
+            .append_with(events, meta.clone(), remove, true)
+            .await?;
+        if let Some(meta) = meta {
+            self.meta = meta;
+        }
+        Ok(())
+    }
+
+    /// Appends the run's last events with its final state, clears its timers, tells
+    /// waiters and parents, and stops the actor.
+    async fn finish(
+        &mut self,
+        events: Vec<Event>,
+        state: RunState,
+        ctx: &mut Context<Self, impl kameo::reply::Reply>,
+    ) -> Result<(), ActorError> {
+        let meta = self.meta_with(state);
+        let run_id = self.run_id.clone();
+        let timers = self
+            .journal
+            .with_events(|h, t| pending_timers(&run_id, h.iter().chain(t.iter())));
+        self.journal
+            .append_with(events, Some(meta.clone()), timers, true)
+            .await?;
+        self.meta = meta;
+        self.core.run_finished(&self.meta);
+        self.retire(ctx).await;
+        Ok(())
+    }
+
+    async fn retire(&mut self, ctx: &mut Context<Self, impl kameo::reply::Reply>) {
+        self.core.retire(&self.run_id, ctx.actor_ref()).await;
+        self.retired = true;
+        ctx.stop();
+    }
+
+    fn has_event(&self, pred: impl Fn(&Event) -> bool) -> bool {
+        self.journal
+            .with_events(|h, t| h.iter().chain(t.iter()).any(pred))
+    }
+
+    fn unfinished_children(&self) -> Vec<String> {
+        self.journal.with_events(|h, t| {
+            let all: Vec<&Event> = h.iter().chain(t.iter()).collect();
+            all.iter()
+                .filter_map(|e| match e {
+                    Event::ChildStarted { id, run_id, .. }
+                        if !all.iter().any(
+                            |d| matches!(d, Event::ChildCompleted { id: done, .. } if done == id),
+                        ) =>
+                    {
+                        Some(run_id.clone())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+}
+
+impl Message<Resume> for RunActor {
+    type Reply = Result<(), ActorError>;
+
+    async fn handle(&mut self, _: Resume, ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        self.check_usable()?;
+        let me = ctx.actor_ref().clone();
+        self.begin(&me, true).await;
+        Ok(())
+    }
+}
+
+impl Message<Delivery> for RunActor {
+    type Reply = Result<(), ActorError>;
+
+    async fn handle(&mut self, d: Delivery, ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        self.check_usable()?;
+        let finished = self.meta.state.is_finished();
+        let me = ctx.actor_ref().clone();
+        match d {
+            Delivery::Signal {
+                name,
+                signal_id,
+                payload,
+            } => {
+                if finished {
+                    return Err(ActorError::RunFinished(self.run_id.to_string()));
+                }
+                if self.has_event(
+                    |e| matches!(e, Event::SignalReceived { signal_id: s, .. } if *s == signal_id),
+                ) {
+                    return Ok(());
+                }
+                self.append_wake(
+                    vec![Event::SignalReceived {
+                        name,
+                        signal_id,
+                        payload,
+                    }],
+                    Vec::new(),
+                )
+                .await?;
+            }
+            Delivery::Timer(entry) => {
+                let fired = self
+                    .has_event(|e| matches!(e, Event::TimerFired { id } if *id == entry.timer_id));
+                if finished || fired {
+                    self.journal
+                        .append_with(Vec::new(), None, vec![entry], false)
+                        .await?;
+                    return Ok(());
+                }
+                let id = entry.timer_id.clone();
+                self.append_wake(vec![Event::TimerFired { id }], vec![entry])
+                    .await?;
+            }
+            Delivery::ChildDone { wait_id, result } => {
+                if finished
+                    || self.has_event(
+                        |e| matches!(e, Event::ChildCompleted { id, .. } if *id == wait_id),
+                    )
+                {
+                    return Ok(());
+                }
+                self.append_wake(
+                    vec![Event::ChildCompleted {
+                        id: wait_id,
+                        result,
+                    }],
+                    Vec::new(),
+                )
+                .await?;
+            }
+            Delivery::Cancel { reason } => {
+                if matches!(self.meta.state, RunState::Cancelled { .. }) {
+                    return Ok(());
+                }
+                if finished {
+                    return Err(ActorError::RunFinished(self.run_id.to_string()));
+                }
+                self.abort_execution();
+                let children = self.unfinished_children();
+                self.finish(
+                    vec![
+                        Event::CancelRequested {
+                            reason: reason.clone(),
+                        },
+                        Event::RunCancelled {
+                            reason: reason.clone(),
+                        },
+                    ],
+                    RunState::Cancelled {
+                        reason: reason.clone(),
+                    },
+                    ctx,
+                )
+                .await?;
+                for child in children {
+                    self.core.spawn_delivery(
+                        child,
+                        Delivery::Cancel {
+                            reason: format!("parent cancelled: {reason}"),
+                        },
+                    );
+                }
+                return Ok(());
+            }
+        }
+        self.begin(&me, false).await;
+        Ok(())
+    }
+}
+
+impl Message<ExecDone> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, done: ExecDone, ctx: &mut Context<Self, ()>) {
+        if done.generation != self.generation || self.retired {
+            return;
+        }
+        self.exec = None;
+        let me = ctx.actor_ref().clone();
+        let result = match done.outcome {
+            Outcome::Completed(output) => {
+                self.finish(
+                    vec![Event::RunCompleted { output }],
+                    RunState::Completed,
+                    ctx,
+                )
+                .await
+            }
+            Outcome::Failed(error) => {
+                self.finish(
+                    vec![Event::RunFailed {
+                        error: error.clone(),
+                    }],
+                    RunState::Failed { error },
+                    ctx,
+                )
+                .await
+            }
+            Outcome::Suspended {
+                waiting_on,
+                awaits_child,
+            } => {
+                if self.dirty {
+                    self.begin(&me, false).await;
+                    return;
+                }
+                let state = RunState::Suspended {
+                    waiting_on,
+                    awaits_child,
+                };
+                if self.meta.state != state {
+                    let meta = self.meta_with(state);
+                    self.meta = meta.clone();
+                    // Not fsynced: if this is lost, recovery replays a run that was
+                    // only waiting, which is harmless.
+                    let _ = self
+                        .journal
+                        .append_with(Vec::new(), Some(meta), Vec::new(), false);
+                }
+                self.idle_generation += 1;
+                let idle = self.idle_generation;
+                let after = self.core.options.passivate_after;
+                // A bare timer task: it only sends one message, which a stopped or
+                // busy actor ignores (the generation no longer matches).
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = me.tell(Passivate(idle)).await;
+                });
+                Ok(())
+            }
+            Outcome::Parked(failure) => {
+                self.park(failure).await;
+                self.retire(ctx).await;
+                Ok(())
+            }
+            Outcome::Crashed(message) => {
+                self.core.record_crash(&self.run_id, message.clone());
+                panic!("reel: run `{}` crashed: {message}", self.run_id);
+            }
+        };
+        if let Err(e) = result {
+            // The final write failed (disk full?): crash so the supervisor restarts the
+            // run from what is on disk, and parks it if this keeps happening.
+            self.core.record_crash(&self.run_id, e.to_string());
+            panic!("reel: run `{}` could not record its end: {e}", self.run_id);
+        }
+    }
+}
+
+impl Message<Passivate> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, Passivate(idle): Passivate, ctx: &mut Context<Self, ()>) {
+        if idle != self.idle_generation || self.exec.is_some() || self.dirty || self.retired {
+            return;
+        }
+        tracing::debug!(run_id = %self.run_id, "reel: passivating run");
+        self.retire(ctx).await;
+    }
+}
+
+impl Message<StopRun> for RunActor {
+    type Reply = Result<(), ActorError>;
+
+    async fn handle(&mut self, _: StopRun, ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        self.abort_execution();
+        self.retired = true;
+        ctx.stop();
+        Ok(())
+    }
+}

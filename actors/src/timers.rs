@@ -1,0 +1,128 @@
+//! The timer service: one actor holding every pending timer in due-time order.
+//!
+//! It loads the due-time index on start (so timers that came due while the process
+//! was down fire at once), takes new timers from run journals, and wakes the owning
+//! run when a timer is due. Delivery is idempotent: the run appends `TimerFired` only
+//! for a timer it has not fired yet.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kameo::actor::{Actor, ActorRef};
+use kameo::message::{Context, Message};
+use reel_storage::{StorageError, Store, TimerEntry};
+use tokio::task::JoinHandle;
+
+use crate::core::Core;
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub(crate) struct TimerArgs {
+    pub(crate) core: Weak<Core>,
+    pub(crate) store: Arc<dyn Store>,
+}
+
+pub(crate) struct TimerService {
+    core: Weak<Core>,
+    heap: BinaryHeap<Reverse<TimerEntry>>,
+    armed: Option<(u64, JoinHandle<()>)>,
+}
+
+pub(crate) struct AddTimers(pub(crate) Vec<TimerEntry>);
+struct Tick;
+
+impl Actor for TimerService {
+    type Args = TimerArgs;
+    type Error = StorageError;
+
+    async fn on_start(args: TimerArgs, me: ActorRef<Self>) -> Result<Self, StorageError> {
+        let store = args.store.clone();
+        let timers = tokio::task::spawn_blocking(move || store.timers())
+            .await
+            .map_err(|e| StorageError::Io(e.to_string()))??;
+        tracing::debug!(count = timers.len(), "reel: timer index loaded");
+        let mut service = TimerService {
+            core: args.core,
+            heap: timers.into_iter().map(Reverse).collect(),
+            armed: None,
+        };
+        service.arm(&me);
+        Ok(service)
+    }
+
+    async fn on_stop(
+        &mut self,
+        _: kameo::actor::WeakActorRef<Self>,
+        _: kameo::error::ActorStopReason,
+    ) -> Result<(), StorageError> {
+        if let Some((_, task)) = self.armed.take() {
+            task.abort();
+        }
+        Ok(())
+    }
+}
+
+impl TimerService {
+    fn arm(&mut self, me: &ActorRef<Self>) {
+        let Some(Reverse(next)) = self.heap.peek() else {
+            return;
+        };
+        let due = next.fire_at;
+        if let Some((armed_at, task)) = &self.armed {
+            if *armed_at <= due && !task.is_finished() {
+                return;
+            }
+            task.abort();
+        }
+        let wait = Duration::from_millis(due.saturating_sub(now_ms()));
+        let me = me.clone();
+        self.armed = Some((
+            due,
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                let _ = me.tell(Tick).await;
+            }),
+        ));
+    }
+}
+
+impl Message<AddTimers> for TimerService {
+    type Reply = ();
+
+    async fn handle(&mut self, msg: AddTimers, ctx: &mut Context<Self, ()>) {
+        self.heap.extend(msg.0.into_iter().map(Reverse));
+        self.arm(ctx.actor_ref());
+    }
+}
+
+impl Message<Tick> for TimerService {
+    type Reply = ();
+
+    async fn handle(&mut self, _: Tick, ctx: &mut Context<Self, ()>) {
+        self.armed = None;
+        let now = now_ms();
+        let mut due = Vec::new();
+        while let Some(Reverse(t)) = self.heap.peek() {
+            if t.fire_at > now {
+                break;
+            }
+            if let Some(Reverse(t)) = self.heap.pop() {
+                due.push(t);
+            }
+        }
+        if let Some(core) = self.core.upgrade() {
+            for t in due {
+                core.fire_timer(t);
+            }
+        }
+        self.arm(ctx.actor_ref());
+    }
+}

@@ -1,0 +1,158 @@
+//! The public error type.
+
+use reel_actors::ActorError;
+use reel_storage::{Failure, StorageError};
+
+/// Result alias with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything reel reports. The Display text names the problem.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A step failed for good: its attempts are exhausted. A handler may catch it.
+    #[error("step `{step}` failed: {message}")]
+    Step {
+        /// The step id.
+        step: String,
+        /// The last attempt's error text.
+        message: String,
+    },
+    /// The handler no longer matches the run's log (invariant 3). The run is parked,
+    /// its log untouched, and it resumes when a host with fixed code opens the store.
+    #[error("replay diverged at event {index}: the log has {expected}, the handler did {found}")]
+    ReplayDivergence {
+        /// Sequence number of the first divergent event.
+        index: u64,
+        /// What the log holds there.
+        expected: String,
+        /// What the handler did instead.
+        found: String,
+    },
+    /// The run's workflow version is not registered.
+    #[error("workflow `{workflow}` version {version} is not registered")]
+    VersionMismatch {
+        /// Workflow name.
+        workflow: String,
+        /// The version asked for or recorded.
+        version: u32,
+    },
+    /// No run has this id.
+    #[error("unknown run `{0}`")]
+    UnknownRun(String),
+    /// No workflow of this name is registered.
+    #[error("unknown workflow `{0}`")]
+    UnknownWorkflow(String),
+    /// The run id is taken by a run of another workflow.
+    #[error("run id `{run_id}` is taken by a run of workflow `{workflow}`")]
+    RunExists {
+        /// The run id.
+        run_id: String,
+        /// The workflow that has it.
+        workflow: String,
+    },
+    /// The run has finished and takes no more signals.
+    #[error("run `{0}` has finished")]
+    RunFinished(String),
+    /// The run was cancelled, with the reason.
+    #[error("cancelled: {0}")]
+    Cancelled(String),
+    /// A payload could not be encoded or decoded into the expected type.
+    #[error("codec error: {0}")]
+    Codec(String),
+    /// The store failed (I/O, disk full, corrupt record, locked directory).
+    #[error("storage error: {0}")]
+    Storage(String),
+    /// The host is shut down.
+    #[error("the host is shut down")]
+    Shutdown,
+    /// The handler kept crashing (panicking outside steps) and the run was parked.
+    #[error("run crashed repeatedly: {0}")]
+    Crashed(String),
+    /// The handler failed with this message (see [`Error::failed`]).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl Error {
+    /// A handler-defined failure: `return Err(Error::failed("out of stock"))`.
+    pub fn failed(message: impl std::fmt::Display) -> Error {
+        Error::Failed(message.to_string())
+    }
+
+    pub(crate) fn codec(e: impl std::fmt::Display) -> Error {
+        Error::Codec(e.to_string())
+    }
+}
+
+impl From<Failure> for Error {
+    fn from(f: Failure) -> Error {
+        match f {
+            Failure::Step { step, message } => Error::Step { step, message },
+            Failure::ReplayDivergence {
+                index,
+                expected,
+                found,
+            } => Error::ReplayDivergence {
+                index,
+                expected,
+                found,
+            },
+            Failure::VersionMismatch { workflow, version } => {
+                Error::VersionMismatch { workflow, version }
+            }
+            Failure::UnknownWorkflow(w) => Error::UnknownWorkflow(w),
+            Failure::Cancelled(r) => Error::Cancelled(r),
+            Failure::Codec(m) => Error::Codec(m),
+            Failure::Crashed(m) => Error::Crashed(m),
+            Failure::Other(m) => Error::Failed(m),
+            other => Error::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<&Error> for Failure {
+    fn from(e: &Error) -> Failure {
+        match e.clone() {
+            Error::Step { step, message } => Failure::Step { step, message },
+            Error::ReplayDivergence {
+                index,
+                expected,
+                found,
+            } => Failure::ReplayDivergence {
+                index,
+                expected,
+                found,
+            },
+            Error::VersionMismatch { workflow, version } => {
+                Failure::VersionMismatch { workflow, version }
+            }
+            Error::UnknownWorkflow(w) => Failure::UnknownWorkflow(w),
+            Error::Cancelled(r) => Failure::Cancelled(r),
+            Error::Codec(m) => Failure::Codec(m),
+            Error::Crashed(m) => Failure::Crashed(m),
+            Error::Failed(m) => Failure::Other(m),
+            other => Failure::Other(other.to_string()),
+        }
+    }
+}
+
+impl From<StorageError> for Error {
+    fn from(e: StorageError) -> Error {
+        Error::Storage(e.to_string())
+    }
+}
+
+impl From<ActorError> for Error {
+    fn from(e: ActorError) -> Error {
+        match e {
+            ActorError::UnknownRun(r) => Error::UnknownRun(r),
+            ActorError::RunExists { run_id, workflow } => Error::RunExists { run_id, workflow },
+            ActorError::RunFinished(r) => Error::RunFinished(r),
+            ActorError::NotRegistered(f) => f.into(),
+            ActorError::Storage(s) => s.into(),
+            ActorError::Shutdown => Error::Shutdown,
+            other => Error::Storage(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Replaying recorded logs without a host, like Temporal's `WorkflowReplayer`.
+//!
+//! Save a run's log (`RunHandle::events()`, [`Event`] is serde) and replay it in CI
+//! against the current code: a change that would break running workflows shows up
+//! as a [`Error::ReplayDivergence`] naming the first divergent event.
+//!
+//! ```
+//! use reel::{Ctx, Workflow, testing};
+//! # struct Greet;
+//! # impl Workflow for Greet {
+//! #     const NAME: &'static str = "greet";
+//! #     type Input = String;
+//! #     type Output = String;
+//! #     async fn run(&self, ctx: Ctx, n: String) -> reel::Result<String> {
+//! #         ctx.step("compose", |_| async { Ok::<_, String>(format!("hi {n}")) }).await
+//! #     }
+//! # }
+//! # let history = testing::History::start::<Greet>(&"bob".to_string()).unwrap()
+//! #     .step_completed("compose", &"hi bob".to_string()).unwrap().build();
+//! let report = futures::executor::block_on(testing::replay(Greet, &history)).unwrap();
+//! assert_eq!(report, testing::Replayed::Completed("hi bob".to_string()));
+//! ```
+
+use std::sync::Arc;
+
+use reel_actors::Outcome;
+use reel_storage::{Event, Payload};
+use serde::Serialize;
+
+use crate::ctx::{decode_payload, encode_payload, execute};
+use crate::{Error, Result, Workflow};
+
+/// What replaying a history showed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Replayed<O> {
+    /// The handler returned this value, consuming exactly the history.
+    Completed(O),
+    /// The handler returned this error.
+    Failed(Error),
+    /// The history ends before the handler does: it would wait for this (or call
+    /// this new primitive) next.
+    Pending(String),
+}
+
+/// Replays `history` against `workflow` with no store and no side effects: recorded
+/// steps return their recorded values and no body runs.
+///
+/// # Errors
+/// [`Error::ReplayDivergence`] naming the first divergent event, [`Error::Codec`]
+/// for an undecodable input or output, [`Error::Crashed`] if the handler panics.
+pub async fn replay<W: Workflow>(workflow: W, history: &[Event]) -> Result<Replayed<W::Output>> {
+    let history = Arc::new(history.to_vec());
+    let (outcome, ctx) =
+        execute(Arc::new(workflow), Arc::from("replay"), history, None, None).await;
+    match outcome {
+        Outcome::Completed(p) => decode_payload(&p).map(Replayed::Completed),
+        Outcome::Failed(f) => Ok(Replayed::Failed(f.into())),
+        Outcome::Parked(f) => Err(f.into()),
+        Outcome::Crashed(m) => Err(Error::Crashed(m)),
+        Outcome::Suspended { waiting_on, .. } => Ok(Replayed::Pending(
+            ctx.frontier_reached().unwrap_or(waiting_on),
+        )),
+    }
+}
+
+/// Builds canned histories by hand, for replay tests.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    events: Vec<Event>,
+}
+
+fn payload<T: Serialize + ?Sized>(v: &T) -> Result<Payload> {
+    encode_payload(v)
+}
+
+impl History {
+    /// A history that starts a run of `W` with `input`.
+    ///
+    /// # Errors
+    /// [`Error::Codec`].
+    pub fn start<W: Workflow>(input: &W::Input) -> Result<History> {
+        Ok(History {
+            events: vec![Event::RunStarted {
+                workflow: W::NAME.to_owned(),
+                version: W::VERSION,
+                input: payload(input)?,
+            }],
+        })
+    }
+
+    /// Appends any event.
+    pub fn push(mut self, e: Event) -> History {
+        self.events.push(e);
+        self
+    }
+
+    /// Appends `StepStarted` + `StepCompleted` for step `id`.
+    ///
+    /// # Errors
+    /// [`Error::Codec`].
+    pub fn step_completed<T: Serialize + ?Sized>(self, id: &str, output: &T) -> Result<History> {
+        let output = payload(output)?;
+        Ok(self
+            .push(Event::StepStarted {
+                id: id.to_owned(),
+                attempt: 1,
+            })
+            .push(Event::StepCompleted {
+                id: id.to_owned(),
+                output,
+            }))
+    }
+
+    /// Appends `TimerScheduled` + `TimerFired`.
+    pub fn timer_fired(self, id: &str) -> History {
+        self.push(Event::TimerScheduled {
+            id: id.to_owned(),
+            fire_at: 0,
+        })
+        .push(Event::TimerFired { id: id.to_owned() })
+    }
+
+    /// Appends a delivered signal.
+    ///
+    /// # Errors
+    /// [`Error::Codec`].
+    pub fn signal<T: Serialize + ?Sized>(self, name: &str, payload_value: &T) -> Result<History> {
+        let n = self.events.len();
+        Ok(self.push(Event::SignalReceived {
+            name: name.to_owned(),
+            signal_id: format!("canned-{n}"),
+            payload: payload(payload_value)?,
+        }))
+    }
+
+    /// The events.
+    pub fn build(self) -> Vec<Event> {
+        self.events
+    }
+}
