@@ -140,7 +140,10 @@ impl Drop for Active {
 /// How a driven handler stopped.
 enum Driven<T> {
     Done(T),
-    Suspended,
+    Suspended {
+        waiting_on: String,
+        awaits_child: bool,
+    },
 }
 
 impl Inner {
@@ -674,7 +677,14 @@ impl Ctx {
                 // A handler pending on something that is neither a reel wait nor reel
                 // work (a foreign future) is left to wake itself.
                 if st.active == 0 && !st.blocked.is_empty() {
-                    Poll::Ready(Driven::Suspended)
+                    // Described now: the waits unregister when the handler is dropped.
+                    let mut waits: Vec<&str> =
+                        st.blocked.values().map(|(w, _)| w.as_str()).collect();
+                    waits.dedup();
+                    Poll::Ready(Driven::Suspended {
+                        waiting_on: waits.join(", "),
+                        awaits_child: st.blocked.values().any(|(_, child)| *child),
+                    })
                 } else {
                     Poll::Pending
                 }
@@ -700,15 +710,13 @@ impl Ctx {
                 },
             },
             Driven::Done(Err(e)) => Outcome::Failed(Failure::from(&e)),
-            Driven::Suspended => {
-                let awaits_child = st.blocked.values().any(|(_, child)| *child);
-                let mut waits: Vec<&str> = st.blocked.values().map(|(w, _)| w.as_str()).collect();
-                waits.dedup();
-                Outcome::Suspended {
-                    waiting_on: waits.join(", "),
-                    awaits_child,
-                }
-            }
+            Driven::Suspended {
+                waiting_on,
+                awaits_child,
+            } => Outcome::Suspended {
+                waiting_on,
+                awaits_child,
+            },
         }
     }
 

@@ -266,6 +266,12 @@ impl Host {
             .collect())
     }
 
+    /// How many runs are held in memory right now (running, or suspended and not yet
+    /// passivated). Passivated runs cost only their index entries on disk.
+    pub async fn live_runs(&self) -> usize {
+        self.core.live_runs().await
+    }
+
     /// Stops every run actor and timer, flushes and closes the store. Unfinished runs
     /// (including steps interrupted mid-body, which run again) resume when a new host
     /// opens the same path.
@@ -354,6 +360,26 @@ impl<W: Workflow> RunHandle<W> {
         match self.core.meta(&self.run_id).await? {
             Some(m) => Ok(RunStatus::from(&m.state)),
             None => Err(Error::UnknownRun(self.run_id.to_string())),
+        }
+    }
+
+    /// Waits until the run is suspended (waiting for a timer, signal, approval or
+    /// child) and returns that status. Useful to hand a run over to a human or a
+    /// test at the moment it waits.
+    ///
+    /// # Errors
+    /// [`Error::RunFinished`] if the run ends (or is parked) instead,
+    /// [`Error::UnknownRun`], [`Error::Storage`], [`Error::Shutdown`].
+    pub async fn wait_until_suspended(&self) -> Result<RunStatus> {
+        let meta = self
+            .core
+            .wait_for(&self.run_id, |s| {
+                s.is_finished() || matches!(s, RunState::Suspended { .. } | RunState::Parked { .. })
+            })
+            .await?;
+        match &meta.state {
+            RunState::Suspended { .. } => Ok(RunStatus::from(&meta.state)),
+            _ => Err(Error::RunFinished(self.run_id.to_string())),
         }
     }
 

@@ -160,6 +160,41 @@ impl Core {
     ) -> Result<Arc<Core>, ActorError> {
         let scan = store.clone();
         let unfinished = blocking(move || scan.unfinished_runs()).await?;
+        // Parked runs get another chance with the code registered now: mark them
+        // running before accepting work, so `result()` waits for the retry instead
+        // of reporting the old parking error.
+        // Likewise a suspended run whose timer came due while no host was running:
+        // it is about to be woken, so it is reported as running.
+        let scan = store.clone();
+        let due: std::collections::HashSet<String> = blocking(move || scan.timers())
+            .await?
+            .into_iter()
+            .take_while(|t| t.fire_at <= now_ms())
+            .map(|t| t.run_id)
+            .collect();
+        let unparked: Vec<_> = unfinished
+            .iter()
+            .filter(|m| match &m.state {
+                RunState::Parked { .. } => true,
+                RunState::Suspended { .. } => due.contains(&m.run_id),
+                _ => false,
+            })
+            .map(|m| {
+                store.submit(Append {
+                    run_id: m.run_id.clone(),
+                    meta: Some(RunMeta {
+                        state: RunState::Running,
+                        updated_at: now_ms(),
+                        ..m.clone()
+                    }),
+                    durable: true,
+                    ..Append::default()
+                })
+            })
+            .collect();
+        for ticket in unparked {
+            ticket.await?;
+        }
         let core = Arc::new_cyclic(|me: &Weak<Core>| {
             let timers = TimerService::spawn(TimerArgs {
                 core: me.clone(),
@@ -291,6 +326,11 @@ impl Core {
         }
     }
 
+    /// Number of runs with a live actor (not passivated).
+    pub async fn live_runs(&self) -> usize {
+        self.live.lock().await.len()
+    }
+
     /// A run's metadata.
     ///
     /// # Errors
@@ -394,6 +434,21 @@ impl Core {
     /// # Errors
     /// [`ActorError::UnknownRun`], [`ActorError::Shutdown`], storage errors.
     pub async fn wait_settled(&self, run_id: &str) -> Result<RunMeta, ActorError> {
+        self.wait_for(run_id, |s| {
+            s.is_finished() || matches!(s, RunState::Parked { .. })
+        })
+        .await
+    }
+
+    /// Waits until the run's state satisfies `pred` (checked on every state change).
+    ///
+    /// # Errors
+    /// As [`Core::wait_settled`].
+    pub async fn wait_for(
+        &self,
+        run_id: &str,
+        pred: impl Fn(&RunState) -> bool,
+    ) -> Result<RunMeta, ActorError> {
         loop {
             let (tx, rx) = oneshot::channel();
             self.waiters
@@ -403,7 +458,7 @@ impl Core {
                 .or_default()
                 .push(tx);
             let meta = self.known(run_id).await?;
-            if meta.state.is_finished() || matches!(meta.state, RunState::Parked { .. }) {
+            if pred(&meta.state) {
                 return Ok(meta);
             }
             if rx.await.is_err() {
@@ -611,11 +666,11 @@ impl Core {
                 ..Append::default()
             })
             .await?;
-        self.notify_settled(run_id);
+        self.notify_changed(run_id);
         Ok(())
     }
 
-    pub(crate) fn notify_settled(&self, run_id: &str) {
+    pub(crate) fn notify_changed(&self, run_id: &str) {
         let waiters = self
             .waiters
             .lock()
@@ -628,7 +683,7 @@ impl Core {
 
     /// A run finished: wake result waiters and deliver the result to parents.
     pub(crate) fn run_finished(&self, meta: &RunMeta) {
-        self.notify_settled(&meta.run_id);
+        self.notify_changed(&meta.run_id);
         let subscribers = self
             .child_subscribers
             .lock()

@@ -244,7 +244,7 @@ impl RunActor {
 
     async fn park(&mut self, failure: Failure) {
         if matches!(&self.meta.state, RunState::Parked { error } if *error == failure) {
-            self.core.notify_settled(&self.run_id);
+            self.core.notify_changed(&self.run_id);
             return;
         }
         tracing::warn!(run_id = %self.run_id, error = %failure, "reel: run parked");
@@ -259,7 +259,7 @@ impl RunActor {
                 tracing::error!(run_id = %self.run_id, error = %e, "reel: could not park run")
             }
         }
-        self.core.notify_settled(&self.run_id);
+        self.core.notify_changed(&self.run_id);
     }
 
     /// Appends the events that wake the run, flipping a suspended run back to running
@@ -489,9 +489,14 @@ impl Message<ExecDone> for RunActor {
                     self.meta = meta.clone();
                     // Not fsynced: if this is lost, recovery replays a run that was
                     // only waiting, which is harmless.
-                    let _ = self
+                    let written = self
                         .journal
-                        .append_with(Vec::new(), Some(meta), Vec::new(), false);
+                        .append_with(Vec::new(), Some(meta), Vec::new(), false)
+                        .await;
+                    if let Err(e) = written {
+                        tracing::warn!(run_id = %self.run_id, error = %e, "reel: could not record suspension");
+                    }
+                    self.core.notify_changed(&self.run_id);
                 }
                 self.idle_generation += 1;
                 let idle = self.idle_generation;

@@ -1,0 +1,160 @@
+//! The store keeps its data across close/drop and reopen, refuses a store written in
+//! another format with `IncompatibleFormat` (never misreads it), and a second open of
+//! a directory that is in use is an error, not a panic.
+
+use std::path::Path;
+
+use fjall::{Database, KeyspaceCreateOptions, PersistMode};
+use reel_storage::{
+    Append, Event, FORMAT_VERSION, FjallStore, LogReader, LogWriter, MetaReader, RunMeta, RunState,
+    StorageError, Store, TimerEntry, TimerReader,
+};
+
+fn started(n: u32) -> Event {
+    Event::RunStarted {
+        workflow: "wf".into(),
+        version: n,
+        input: Default::default(),
+    }
+}
+
+async fn write_run(store: &FjallStore, run: &str, durable: bool) {
+    store
+        .submit(Append {
+            run_id: run.into(),
+            expected_seq: Some(0),
+            events: vec![started(1), started(2)],
+            meta: Some(RunMeta {
+                run_id: run.into(),
+                workflow: "wf".into(),
+                version: 1,
+                state: RunState::Running,
+                created_at: 10,
+                updated_at: 20,
+                parent: None,
+            }),
+            add_timers: vec![TimerEntry {
+                fire_at: 42,
+                run_id: run.into(),
+                timer_id: "t".into(),
+            }],
+            remove_timers: Vec::new(),
+            durable,
+        })
+        .await
+        .expect("append");
+}
+
+fn assert_run(store: &FjallStore, run: &str) {
+    assert_eq!(
+        store.read_log(run).expect("read_log"),
+        vec![started(1), started(2)]
+    );
+    assert_eq!(
+        store.get_run(run).expect("get_run").map(|m| m.updated_at),
+        Some(20)
+    );
+    assert!(
+        store
+            .timers()
+            .expect("timers")
+            .iter()
+            .any(|t| t.run_id == run)
+    );
+}
+
+/// Sets (or, with `None`, removes) the format marker with raw fjall.
+fn tamper_format(dir: &Path, value: Option<&str>) {
+    let db = Database::builder(dir).open().expect("raw open");
+    let reel = db
+        .keyspace("reel", KeyspaceCreateOptions::default)
+        .expect("reel keyspace");
+    match value {
+        Some(v) => reel.insert("format", v).expect("insert"),
+        None => reel.remove("format").expect("remove"),
+    }
+    db.persist(PersistMode::SyncAll).expect("persist");
+}
+
+#[tokio::test]
+async fn reopen_after_drop_or_close_keeps_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // Dropped without an explicit close; the last write was not durable.
+    let store = FjallStore::open(dir.path()).expect("open");
+    write_run(&store, "dropped", false).await;
+    drop(store);
+
+    // Closed while the handle is still alive: the directory is released anyway.
+    let store = FjallStore::open(dir.path()).expect("reopen after drop");
+    assert_run(&store, "dropped");
+    write_run(&store, "closed", true).await;
+    store.close();
+    let again = FjallStore::open(dir.path()).expect("reopen after close");
+    assert_run(&again, "dropped");
+    assert_run(&again, "closed");
+    assert_eq!(again.list_runs().expect("list_runs").len(), 2);
+    drop(store);
+    drop(again);
+
+    let store = FjallStore::open(dir.path()).expect("third open");
+    assert_eq!(store.unfinished_runs().expect("unfinished").len(), 2);
+    assert_eq!(store.timers().expect("timers").len(), 2);
+}
+
+#[tokio::test]
+async fn other_format_version_is_refused_and_left_intact() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FjallStore::open(dir.path()).expect("open");
+    write_run(&store, "r", true).await;
+    store.close();
+    drop(store);
+
+    tamper_format(dir.path(), Some("reel-log/999"));
+    for _ in 0..2 {
+        // Refused each time: a failed open releases the directory and changes nothing.
+        match FjallStore::open(dir.path()) {
+            Err(StorageError::IncompatibleFormat { found, expected }) => {
+                assert_eq!(found, "reel-log/999");
+                assert_eq!(expected, FORMAT_VERSION);
+            }
+            other => panic!("expected IncompatibleFormat, got {other:?}"),
+        }
+    }
+
+    // A store with data but no marker at all is refused too, not adopted.
+    tamper_format(dir.path(), None);
+    match FjallStore::open(dir.path()) {
+        Err(e @ StorageError::IncompatibleFormat { .. }) => {
+            assert!(!e.is_retryable());
+            assert!(e.to_string().contains(FORMAT_VERSION), "{e}");
+        }
+        other => panic!("expected IncompatibleFormat, got {other:?}"),
+    }
+
+    // Put the right marker back: the data is all there.
+    tamper_format(dir.path(), Some(FORMAT_VERSION));
+    let store = FjallStore::open(dir.path()).expect("open with the right format");
+    assert_run(&store, "r");
+}
+
+#[tokio::test]
+async fn second_open_while_in_use_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FjallStore::open(dir.path()).expect("open");
+    write_run(&store, "r", true).await;
+
+    let second = FjallStore::open(dir.path());
+    assert!(
+        matches!(second, Err(StorageError::Io(_))),
+        "expected an Io error (directory locked), got {second:?}"
+    );
+    // The first handle is unaffected.
+    assert_run(&store, "r");
+    write_run(&store, "s", true).await;
+    drop(store);
+
+    let store = FjallStore::open(dir.path()).expect("open after the first is gone");
+    assert_run(&store, "r");
+    assert_run(&store, "s");
+}
