@@ -87,8 +87,13 @@ struct State {
     frontier: Option<String>,
 }
 
+/// Payloads keep struct field names (MessagePack maps), so adding a field with
+/// `#[serde(default)]` to an input, output or signal type stays readable by runs in
+/// flight.
 fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Payload> {
-    rmp_serde::to_vec(v).map(Payload).map_err(Error::codec)
+    rmp_serde::to_vec_named(v)
+        .map(Payload)
+        .map_err(Error::codec)
 }
 
 fn decode<T: DeserializeOwned>(p: &Payload) -> Result<T> {
@@ -249,7 +254,11 @@ impl Ctx {
     /// # Errors
     /// [`Error::Step`], [`Error::Codec`] when the output does not (de)serialize,
     /// [`Error::ReplayDivergence`], [`Error::Storage`].
-    pub fn step<T, E, F, Fut>(&self, name: &str, body: F) -> impl Future<Output = Result<T>> + Send
+    pub fn step<T, E, F, Fut>(
+        &self,
+        name: &str,
+        body: F,
+    ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
         E: Display + Send,
@@ -268,7 +277,7 @@ impl Ctx {
         name: &str,
         policy: RetryPolicy,
         body: F,
-    ) -> impl Future<Output = Result<T>> + Send
+    ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
         E: Display + Send,
@@ -283,7 +292,7 @@ impl Ctx {
         name: &str,
         policy: Option<RetryPolicy>,
         mut body: F,
-    ) -> impl Future<Output = Result<T>> + Send
+    ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
         E: Display + Send,
@@ -382,7 +391,7 @@ impl Ctx {
     ///
     /// # Errors
     /// [`Error::ReplayDivergence`], [`Error::Storage`].
-    pub fn sleep(&self, d: Duration) -> impl Future<Output = Result<()>> + Send {
+    pub fn sleep(&self, d: Duration) -> impl Future<Output = Result<()>> + Send + use<> {
         self.timer(now_ms().saturating_add(d.as_millis() as u64))
     }
 
@@ -390,11 +399,11 @@ impl Ctx {
     ///
     /// # Errors
     /// As [`Ctx::sleep`].
-    pub fn sleep_until(&self, at: SystemTime) -> impl Future<Output = Result<()>> + Send {
+    pub fn sleep_until(&self, at: SystemTime) -> impl Future<Output = Result<()>> + Send + use<> {
         self.timer(ms_of(at))
     }
 
-    fn timer(&self, fire_at: u64) -> impl Future<Output = Result<()>> + Send {
+    fn timer(&self, fire_at: u64) -> impl Future<Output = Result<()>> + Send + use<> {
         let (id, opened, fired) = {
             let mut st = self.inner.lock();
             let id = st.replay.positional("timer");
@@ -437,7 +446,7 @@ impl Ctx {
     pub fn wait_for_signal<T: DeserializeOwned + Send + 'static>(
         &self,
         name: &str,
-    ) -> impl Future<Output = Result<T>> + Send {
+    ) -> impl Future<Output = Result<T>> + Send + use<T> {
         let wait = self.signal_wait::<T>("signal", name.to_owned(), None);
         async move {
             match wait.await? {
@@ -459,7 +468,7 @@ impl Ctx {
         &self,
         name: &str,
         timeout: Duration,
-    ) -> impl Future<Output = Result<Option<T>>> + Send {
+    ) -> impl Future<Output = Result<Option<T>>> + Send + use<T> {
         self.signal_wait::<T>("signal", name.to_owned(), Some(timeout))
     }
 
@@ -468,7 +477,7 @@ impl Ctx {
     ///
     /// # Errors
     /// As [`Ctx::wait_for_signal`].
-    pub fn approval(&self, name: &str) -> impl Future<Output = Result<Approval>> + Send {
+    pub fn approval(&self, name: &str) -> impl Future<Output = Result<Approval>> + Send + use<> {
         let wait = self.signal_wait::<Approval>("approval", approval_signal(name), None);
         async move {
             wait.await?
@@ -481,7 +490,7 @@ impl Ctx {
         prefix: &'static str,
         name: String,
         timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<Option<T>>> + Send {
+    ) -> impl Future<Output = Result<Option<T>>> + Send + use<T> {
         let (id, opened, plan, deadline) = {
             let mut st = self.inner.lock();
             let id = st.replay.positional(prefix);
@@ -521,11 +530,11 @@ impl Ctx {
         }
     }
 
-    fn recorded<T>(
+    fn recorded<T, M: FnOnce() -> T>(
         &self,
         kind: &'static str,
-        make: impl FnOnce() -> T,
-    ) -> impl Future<Output = Result<T>> + Send
+        make: M,
+    ) -> impl Future<Output = Result<T>> + Send + use<T, M>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
     {
@@ -573,7 +582,7 @@ impl Ctx {
     ///
     /// # Errors
     /// [`Error::ReplayDivergence`], [`Error::Storage`].
-    pub fn now(&self) -> impl Future<Output = Result<SystemTime>> + Send {
+    pub fn now(&self) -> impl Future<Output = Result<SystemTime>> + Send + use<> {
         let ms = self.recorded("now", now_ms);
         async move { Ok(UNIX_EPOCH + Duration::from_millis(ms.await?)) }
     }
@@ -582,7 +591,7 @@ impl Ctx {
     ///
     /// # Errors
     /// As [`Ctx::now`].
-    pub fn uuid(&self) -> impl Future<Output = Result<Uuid>> + Send {
+    pub fn uuid(&self) -> impl Future<Output = Result<Uuid>> + Send + use<> {
         self.recorded("uuid", Uuid::new_v4)
     }
 
@@ -590,7 +599,7 @@ impl Ctx {
     ///
     /// # Errors
     /// As [`Ctx::now`].
-    pub fn random_u64(&self) -> impl Future<Output = Result<u64>> + Send {
+    pub fn random_u64(&self) -> impl Future<Output = Result<u64>> + Send + use<> {
         self.recorded("random", || Uuid::new_v4().as_u64_pair().0)
     }
 
@@ -606,7 +615,7 @@ impl Ctx {
         &self,
         child_run_id: &str,
         input: W::Input,
-    ) -> impl Future<Output = Result<W::Output>> + Send {
+    ) -> impl Future<Output = Result<W::Output>> + Send + use<W> {
         let child_run_id = child_run_id.to_owned();
         let input = encode(&input);
         let (id, opened, result) = {

@@ -68,6 +68,7 @@ pub struct Core {
     actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,
     crash_messages: Mutex<HashMap<Arc<str>, String>>,
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
+    retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
     timers: ActorRef<TimerService>,
     waiters: Mutex<HashMap<String, Vec<oneshot::Sender<()>>>>,
     child_subscribers: Mutex<HashMap<String, Vec<ParentLink>>>,
@@ -209,6 +210,7 @@ impl Core {
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),
                 supervisors: tokio::sync::Mutex::new((RunSupervisor::spawn(me.clone()), 0)),
+                retired_supervisors: Mutex::new(Vec::new()),
                 timers,
                 waiters: Mutex::new(HashMap::new()),
                 child_subscribers: Mutex::new(HashMap::new()),
@@ -481,9 +483,17 @@ impl Core {
         for actor in &live {
             actor.wait_for_shutdown().await;
         }
-        let sup = self.supervisors.lock().await.0.clone();
-        let _ = sup.stop_gracefully().await;
-        sup.wait_for_shutdown().await;
+        let mut supervisors = vec![self.supervisors.lock().await.0.clone()];
+        supervisors.extend(
+            self.retired_supervisors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..),
+        );
+        for sup in supervisors {
+            let _ = sup.stop_gracefully().await;
+            sup.wait_for_shutdown().await;
+        }
         // Wake every result() waiter: they get `Shutdown`.
         self.waiters
             .lock()
@@ -601,6 +611,15 @@ impl Core {
             let old = std::mem::replace(&mut sup.0, RunSupervisor::spawn(self.me.clone()));
             let _ = old.tell(Retire(sup.1)).await;
             sup.1 = 0;
+            // Keep the retired supervisor referenced until it stops by itself: kameo
+            // stops an actor whose last reference is dropped, and a stopping
+            // supervisor stops its children, which would kill live runs.
+            let mut retired = self
+                .retired_supervisors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            retired.retain(|s| s.is_alive());
+            retired.push(old);
         }
         sup.1 += 1;
         sup.0.clone()

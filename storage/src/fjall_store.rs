@@ -419,6 +419,7 @@ fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>
         PersistMode::Buffer
     }));
     let mut accepted = Vec::with_capacity(pending.len());
+    let mut refused = Vec::new();
     for req in pending.drain(..) {
         let a = &req.append;
         if let Some(expected) = a.expected_seq {
@@ -430,11 +431,16 @@ fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>
                 }
             };
             if actual != expected {
-                let _ = req.reply.send(Err(StorageError::Conflict {
-                    run_id: a.run_id.clone(),
-                    expected,
-                    actual,
-                }));
+                // Answered after the commit: the loser must be able to read what the
+                // winner wrote in this very batch.
+                refused.push((
+                    req.reply,
+                    StorageError::Conflict {
+                        run_id: a.run_id.clone(),
+                        expected,
+                        actual,
+                    },
+                ));
                 continue;
             }
             for (i, record) in a.records.iter().enumerate() {
@@ -484,5 +490,8 @@ fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>
                 .map(|_| ())
                 .map_err(|e| StorageError::Io(e.to_string())),
         );
+    }
+    for (reply, conflict) in refused {
+        let _ = reply.send(Err(conflict));
     }
 }
