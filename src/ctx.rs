@@ -517,13 +517,13 @@ impl Ctx {
                 SignalPlan::Received(p) => decode(&p).map(Some),
                 SignalPlan::TimedOut => Ok(None),
                 SignalPlan::Wait if opened == Opened::New && ctx.replay_only() => {
-                    ctx.frontier(format!("signal `{name}`")).await
+                    ctx.frontier(describe_wait(prefix, &name)).await
                 }
                 SignalPlan::Wait => {
                     let until = deadline
                         .map(|d| format!(" (deadline {d} ms)"))
                         .unwrap_or_default();
-                    ctx.wait_for_wakeup(format!("signal `{name}`{until}"), false)
+                    ctx.wait_for_wakeup(format!("{}{until}", describe_wait(prefix, &name)), false)
                         .await
                 }
             }
@@ -732,6 +732,14 @@ impl Ctx {
     /// The first primitive past the end of the history (replay-only mode).
     pub(crate) fn frontier_reached(&self) -> Option<String> {
         self.inner.lock().frontier.clone()
+    }
+}
+
+/// How a signal wait reads in `RunStatus::Suspended { waiting_on }`.
+fn describe_wait(prefix: &str, name: &str) -> String {
+    match name.strip_prefix("approval:") {
+        Some(approval) if prefix == "approval" => format!("approval `{approval}`"),
+        _ => format!("signal `{name}`"),
     }
 }
 

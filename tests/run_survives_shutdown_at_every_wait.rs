@@ -119,7 +119,7 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     run.signal("sig", "hello", "s-1").await?;
     let s = run.wait_until_suspended().await?;
     assert!(
-        matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("approval:boss")),
+        matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("approval `boss`")),
         "{s:?}"
     );
     host.shutdown().await?;

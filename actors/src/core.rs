@@ -67,6 +67,9 @@ pub struct Core {
     live: tokio::sync::Mutex<HashMap<Arc<str>, ActorRef<RunActor>>>,
     actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,
     crash_messages: Mutex<HashMap<Arc<str>, String>>,
+    /// Parks that could not be written (the store refuses writes, e.g. a full disk):
+    /// reported by `meta` so waiters and `status()` still learn why the run stopped.
+    unrecorded_parks: Mutex<HashMap<String, Failure>>,
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
     timers: ActorRef<TimerService>,
@@ -209,6 +212,7 @@ impl Core {
                 live: tokio::sync::Mutex::new(HashMap::new()),
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),
+                unrecorded_parks: Mutex::new(HashMap::new()),
                 supervisors: tokio::sync::Mutex::new((RunSupervisor::spawn(me.clone()), 0)),
                 retired_supervisors: Mutex::new(Vec::new()),
                 timers,
@@ -340,7 +344,20 @@ impl Core {
     pub async fn meta(&self, run_id: &str) -> Result<Option<RunMeta>, ActorError> {
         let store = self.store.clone();
         let id = run_id.to_owned();
-        Ok(blocking(move || store.get_run(&id)).await?)
+        let mut meta = blocking(move || store.get_run(&id)).await?;
+        if let Some(m) = meta.as_mut()
+            && !m.state.is_finished()
+            && let Some(error) = self
+                .unrecorded_parks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(run_id)
+        {
+            m.state = RunState::Parked {
+                error: error.clone(),
+            };
+        }
+        Ok(meta)
     }
 
     /// Every run's metadata.
@@ -675,18 +692,32 @@ impl Core {
         if meta.state.is_finished() {
             return Ok(());
         }
-        meta.state = RunState::Parked { error };
+        meta.state = RunState::Parked {
+            error: error.clone(),
+        };
         meta.updated_at = now_ms();
-        self.store
+        let written = self
+            .store
             .submit(Append {
                 run_id: run_id.to_owned(),
                 meta: Some(meta),
                 durable: true,
                 ..Append::default()
             })
-            .await?;
+            .await;
+        if written.is_err() {
+            self.record_unwritten_park(run_id, error);
+        }
         self.notify_changed(run_id);
-        Ok(())
+        Ok(written?)
+    }
+
+    /// Remembers a park the store refused, so it is still reported.
+    pub(crate) fn record_unwritten_park(&self, run_id: &str, error: Failure) {
+        self.unrecorded_parks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.to_owned(), error);
     }
 
     pub(crate) fn notify_changed(&self, run_id: &str) {

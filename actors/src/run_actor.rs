@@ -248,7 +248,9 @@ impl RunActor {
             return;
         }
         tracing::warn!(run_id = %self.run_id, error = %failure, "reel: run parked");
-        let meta = self.meta_with(RunState::Parked { error: failure });
+        let meta = self.meta_with(RunState::Parked {
+            error: failure.clone(),
+        });
         match self
             .journal
             .append_with(Vec::new(), Some(meta.clone()), Vec::new(), true)
@@ -256,7 +258,8 @@ impl RunActor {
         {
             Ok(()) => self.meta = meta,
             Err(e) => {
-                tracing::error!(run_id = %self.run_id, error = %e, "reel: could not park run")
+                tracing::error!(run_id = %self.run_id, error = %e, "reel: could not park run");
+                self.core.record_unwritten_park(&self.run_id, failure);
             }
         }
         self.core.notify_changed(&self.run_id);

@@ -389,6 +389,7 @@ impl SeqCache {
 
 fn writer_loop(ks: Keyspaces, rx: Receiver<Request>) {
     let mut cache = SeqCache(HashMap::new());
+    let mut failed = None;
     let mut pending: Vec<Request> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = rx.recv() {
         pending.push(first);
@@ -398,12 +399,28 @@ fn writer_loop(ks: Keyspaces, rx: Receiver<Request>) {
                 Err(_) => break,
             }
         }
-        commit_batch(&ks, &mut cache, &mut pending);
+        commit_batch(&ks, &mut cache, &mut pending, &mut failed);
     }
     let _ = ks.db.persist(PersistMode::SyncAll);
 }
 
-fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>) {
+fn commit_batch(
+    ks: &Keyspaces,
+    cache: &mut SeqCache,
+    pending: &mut Vec<Request>,
+    failed: &mut Option<String>,
+) {
+    // fjall refuses every write after a failed one (it cannot know what reached the
+    // disk): answer with the original failure, which names the cause (disk full),
+    // rather than with whatever the refusal looks like from here.
+    if let Some(cause) = failed.as_ref() {
+        for req in pending.drain(..) {
+            let _ = req.reply.send(Err(StorageError::Io(format!(
+                "the store refuses writes after an earlier write failed: {cause}"
+            ))));
+        }
+        return;
+    }
     // While a batch is being built the cache holds sequence numbers of records not on
     // disk yet, so it may only shrink between batches: clearing it or dropping a run
     // mid-batch would make the next check of that run read the stale on-disk tail and
@@ -473,6 +490,7 @@ fn commit_batch(ks: &Keyspaces, cache: &mut SeqCache, pending: &mut Vec<Request>
     }
     let result = batch.commit();
     if let Err(e) = &result {
+        *failed = Some(e.to_string());
         tracing::error!(error = %e, "reel: batch commit failed; {} writers get the error", accepted.len());
         // The sequence numbers we advanced were not written: forget them.
         cache.0.clear();
