@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry};
-use reel_storage::{Event, Failure, FjallStore, RunMeta, RunState};
+use reel_storage::{Event, Failure, FjallStore, MemStore, RunMeta, RunState, Store};
 use serde::Serialize;
 
 use crate::ctx::{Approval, approval_signal, decode_payload, encode_payload, execute};
@@ -127,6 +127,7 @@ impl Registry for Definitions {
 /// Configures and opens a [`Host`].
 pub struct HostBuilder {
     path: PathBuf,
+    in_memory: bool,
     definitions: Definitions,
     options: CoreOptions,
 }
@@ -144,6 +145,13 @@ impl HostBuilder {
     /// The fjall directory (default `reel-data`).
     pub fn path(mut self, p: impl Into<PathBuf>) -> Self {
         self.path = p.into();
+        self
+    }
+
+    /// Keeps everything in memory instead of a fjall directory: same semantics
+    /// (replay, signals, timers, children), no durability. For tests of workflows.
+    pub fn in_memory(mut self) -> Self {
+        self.in_memory = true;
         self
     }
 
@@ -180,10 +188,14 @@ impl HostBuilder {
     /// [`Error::Storage`] when the directory cannot be opened (held by another host,
     /// written by an incompatible format, unreadable).
     pub async fn build(self) -> Result<Host> {
-        let path = self.path.clone();
-        let store = tokio::task::spawn_blocking(move || FjallStore::open(path))
-            .await
-            .map_err(|e| Error::Storage(e.to_string()))??;
+        let store: Arc<dyn Store> = if self.in_memory {
+            Arc::new(MemStore::new())
+        } else {
+            let path = self.path.clone();
+            tokio::task::spawn_blocking(move || FjallStore::open(path))
+                .await
+                .map_err(|e| Error::Storage(e.to_string()))??
+        };
         let core = Core::open(store, Arc::new(self.definitions), self.options).await?;
         Ok(Host { core })
     }
@@ -223,6 +235,7 @@ impl Host {
     pub fn builder() -> HostBuilder {
         HostBuilder {
             path: PathBuf::from("reel-data"),
+            in_memory: false,
             definitions: Definitions::default(),
             options: CoreOptions::default(),
         }

@@ -151,3 +151,22 @@ async fn retries_with_durable_backoff_and_exhaustion() -> anyhow::Result<()> {
     host.shutdown().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_in_memory_backend_runs_the_same_workflows() -> anyhow::Result<()> {
+    let charges = Arc::new(AtomicU32::new(0));
+    let host = Host::builder()
+        .in_memory()
+        .register(Checkout {
+            charges: charges.clone(),
+        })
+        .build()
+        .await?;
+    let run = host.start::<Checkout>("mem-1", 5).await?;
+    run.signal("payment", "paid", "evt-1").await?;
+    run.approve("review", false, None).await?;
+    assert_eq!(run.result().await?, "5:mem-1/charge|paid|false|4");
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+    host.shutdown().await?;
+    Ok(())
+}

@@ -15,16 +15,19 @@
 //! - `store`: the narrow traits ([`LogWriter`], [`LogReader`], [`MetaReader`],
 //!   [`TimerReader`], [`Store`]) and the write unit [`Append`] with its [`Ticket`].
 //! - `fjall_store`: [`FjallStore`], the fjall backend and its group-commit writer.
+//! - `mem_store`: [`MemStore`], an in-memory backend with the same contract (tests).
 //! - `error`: [`StorageError`].
 
 mod error;
 mod event;
 mod fjall_store;
+mod mem_store;
 mod meta;
 mod store;
 
 pub use error::StorageError;
 pub use event::{Event, Failure, Payload};
 pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};
+pub use mem_store::MemStore;
 pub use meta::{ParentLink, RunMeta, RunState, TimerEntry};
 pub use store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};

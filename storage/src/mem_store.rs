@@ -1,0 +1,135 @@
+//! An in-memory [`Store`]: the same contract as the fjall backend (compare-and-set
+//! appends, atomic batches, ordered reads), no durability. For tests of workflows
+//! and of the layers above storage; nothing above the traits changes for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
+use crate::{Event, RunMeta, StorageError, TimerEntry, check_run_id};
+
+#[derive(Default)]
+struct State {
+    logs: BTreeMap<String, Vec<Event>>,
+    runs: BTreeMap<String, RunMeta>,
+    timers: BTreeSet<TimerEntry>,
+    closed: bool,
+}
+
+/// A [`Store`] kept in memory; lost when dropped.
+#[derive(Default)]
+pub struct MemStore {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for MemStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemStore").finish_non_exhaustive()
+    }
+}
+
+impl MemStore {
+    /// An empty store.
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+
+    fn apply(&self, a: Append) -> Result<()> {
+        check_run_id(&a.run_id)?;
+        for t in a.add_timers.iter().chain(&a.remove_timers) {
+            check_run_id(&t.run_id)?;
+        }
+        let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
+        if st.closed {
+            return Err(StorageError::Closed);
+        }
+        if let Some(expected) = a.expected_seq {
+            let actual = st.logs.get(&a.run_id).map_or(0, |l| l.len() as u64);
+            if actual != expected {
+                return Err(StorageError::Conflict {
+                    run_id: a.run_id,
+                    expected,
+                    actual,
+                });
+            }
+            st.logs
+                .entry(a.run_id.clone())
+                .or_default()
+                .extend(a.events);
+        } else if !a.events.is_empty() {
+            return Err(StorageError::Encode(
+                "an append with events needs an expected sequence".into(),
+            ));
+        }
+        if let Some(meta) = a.meta {
+            st.runs.insert(a.run_id.clone(), meta);
+        }
+        for t in &a.remove_timers {
+            st.timers.remove(t);
+        }
+        st.timers.extend(a.add_timers);
+        Ok(())
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&State) -> T) -> Result<T> {
+        let st = self.state.lock().map_err(|_| StorageError::Closed)?;
+        if st.closed {
+            return Err(StorageError::Closed);
+        }
+        Ok(f(&st))
+    }
+}
+
+impl LogWriter for MemStore {
+    fn submit(&self, append: Append) -> Ticket {
+        Ticket::ready(self.apply(append))
+    }
+}
+
+impl LogReader for MemStore {
+    fn read_log(&self, run_id: &str) -> Result<Vec<Event>> {
+        self.read(|st| st.logs.get(run_id).cloned().unwrap_or_default())
+    }
+
+    fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {
+        self.read(|st| {
+            st.logs
+                .get(run_id)
+                .and_then(|l| l.last().map(|e| (l.len() as u64 - 1, e.clone())))
+        })
+    }
+}
+
+impl MetaReader for MemStore {
+    fn get_run(&self, run_id: &str) -> Result<Option<RunMeta>> {
+        self.read(|st| st.runs.get(run_id).cloned())
+    }
+
+    fn list_runs(&self) -> Result<Vec<RunMeta>> {
+        self.read(|st| st.runs.values().cloned().collect())
+    }
+
+    fn unfinished_runs(&self) -> Result<Vec<RunMeta>> {
+        self.read(|st| {
+            st.runs
+                .values()
+                .filter(|m| !m.state.is_finished())
+                .cloned()
+                .collect()
+        })
+    }
+}
+
+impl TimerReader for MemStore {
+    fn timers(&self) -> Result<Vec<TimerEntry>> {
+        self.read(|st| st.timers.iter().cloned().collect())
+    }
+}
+
+impl Store for MemStore {
+    fn close(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.closed = true;
+        }
+    }
+}
