@@ -345,23 +345,43 @@ impl Ctx {
             };
             let span =
                 tracing::info_span!("reel.step", run_id = %ctx.inner.run_id, step = %id, attempt);
-            let ran = AssertUnwindSafe(body(step_ctx))
-                .catch_unwind()
-                .instrument(span)
-                .await;
+            // Both the closure call and its future may panic: either is a failed attempt.
+            let ran = match std::panic::catch_unwind(AssertUnwindSafe(|| body(step_ctx))) {
+                Ok(fut) => AssertUnwindSafe(fut).catch_unwind().instrument(span).await,
+                Err(panic) => Err(panic),
+            };
             let error = match ran {
-                Ok(Ok(value)) => {
-                    let output = encode(&value)?;
-                    let ticket = ctx.record(vec![Event::StepCompleted { id, output }], true);
-                    ctx.landed(ticket).await?;
-                    return Ok(value);
-                }
+                Ok(Ok(value)) => match encode(&value) {
+                    Ok(output) => {
+                        let ticket = ctx.record(vec![Event::StepCompleted { id, output }], true);
+                        ctx.landed(ticket).await?;
+                        return Ok(value);
+                    }
+                    // Recorded as a final failure, so the body does not run again on
+                    // every replay.
+                    Err(e) => {
+                        let ticket = ctx.record(
+                            vec![Event::StepFailed {
+                                id: id.clone(),
+                                attempt,
+                                error: e.to_string(),
+                                retry_at: None,
+                            }],
+                            true,
+                        );
+                        ctx.landed(ticket).await?;
+                        return Err(Error::Step {
+                            step: id,
+                            message: e.to_string(),
+                        });
+                    }
+                },
                 Ok(Err(e)) => e.to_string(),
                 Err(panic) => format!("panicked: {}", panic_text(&panic)),
             };
             let policy = policy.unwrap_or_else(|| ctx.inner.policy.clone());
             let retry_at = (attempt < policy.max_attempts)
-                .then(|| now_ms() + policy.backoff(attempt).as_millis() as u64);
+                .then(|| now_ms().saturating_add(policy.backoff(attempt).as_millis() as u64));
             tracing::warn!(step = %id, attempt, %error, retry_at, "reel: step attempt failed");
             let ticket = ctx.record(
                 vec![Event::StepFailed {
@@ -718,7 +738,12 @@ impl Ctx {
                     Err(e) => Outcome::Failed(Failure::from(&e)),
                 },
             },
-            Driven::Done(Err(e)) => Outcome::Failed(Failure::from(&e)),
+            // A handler that fails before reaching recorded primitives diverged: the
+            // run is parked (resumable), not failed for good.
+            Driven::Done(Err(e)) => match st.replay.finish() {
+                Err(d) => Outcome::Parked(Failure::from(&d)),
+                Ok(()) => Outcome::Failed(Failure::from(&e)),
+            },
             Driven::Suspended {
                 waiting_on,
                 awaits_child,

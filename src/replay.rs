@@ -128,6 +128,7 @@ pub(crate) struct Replay {
     recorded: HashMap<String, Payload>,
     children: HashMap<String, Result<Payload, Failure>>,
     step_names: HashMap<String, u32>,
+    step_ids: std::collections::HashSet<String>,
     counters: HashMap<&'static str, u32>,
     diverged: Option<Error>,
 }
@@ -147,6 +148,7 @@ impl Replay {
             recorded: HashMap::new(),
             children: HashMap::new(),
             step_names: HashMap::new(),
+            step_ids: std::collections::HashSet::new(),
             counters: HashMap::new(),
             diverged: None,
         };
@@ -218,12 +220,18 @@ impl Replay {
 
     /// The id of a step call: its name, `name#k` for the k-th call with that name.
     pub(crate) fn step_id(&mut self, name: &str) -> String {
-        let n = self.step_names.entry(name.to_owned()).or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            name.to_owned()
-        } else {
-            format!("{name}#{n}")
+        loop {
+            let n = self.step_names.entry(name.to_owned()).or_insert(0);
+            *n += 1;
+            let id = if *n == 1 {
+                name.to_owned()
+            } else {
+                format!("{name}#{n}")
+            };
+            // A name that itself looks like `a#2` must not reuse an id already given.
+            if self.step_ids.insert(id.clone()) {
+                return id;
+            }
         }
     }
 
@@ -370,6 +378,8 @@ mod tests {
         assert_eq!(r.step_id("a"), "a");
         assert_eq!(r.step_id("a"), "a#2");
         assert_eq!(r.step_id("b"), "b");
+        // A name that looks like a generated id gets a fresh one.
+        assert_eq!(r.step_id("a#2"), "a#2#2");
         assert_eq!(r.positional("timer"), "timer#1");
         assert_eq!(r.positional("timer"), "timer#2");
     }

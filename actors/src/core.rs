@@ -86,6 +86,13 @@ impl std::fmt::Debug for Core {
     }
 }
 
+/// Supervisors get an unbounded mailbox: their only senders are kameo's link
+/// notifications and `Retire`, and a full mailbox must never make an activation
+/// (which holds the live-run lock) wait on a supervisor.
+fn spawn_supervisor(core: Weak<Core>) -> ActorRef<RunSupervisor> {
+    RunSupervisor::spawn_with_mailbox(core, kameo::mailbox::unbounded())
+}
+
 /// Runs `f` on the blocking pool: fjall calls stay off the async workers.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
@@ -118,18 +125,23 @@ impl Services {
             wait_id: wait_id.to_owned(),
         };
         // Subscribe before looking, so a completion in between is not missed.
-        core.child_subscribers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(child_run_id.to_owned())
-            .or_default()
-            .push(link.clone());
+        {
+            let mut subs = core
+                .child_subscribers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let list = subs.entry(child_run_id.to_owned()).or_default();
+            if !list.contains(&link) {
+                list.push(link.clone());
+            }
+        }
         let started = core
             .start(workflow, version, child_run_id, input, Some(link.clone()))
             .await;
         let failure = match started {
             Ok(_) => match core.meta(child_run_id).await {
                 Ok(Some(meta)) if meta.state.is_finished() => {
+                    core.unsubscribe(child_run_id, &link);
                     core.notify_parents(&meta, std::iter::once(link));
                     return;
                 }
@@ -140,6 +152,7 @@ impl Services {
             Err(ActorError::Shutdown) => return,
             Err(e) => Failure::Other(e.to_string()),
         };
+        core.unsubscribe(child_run_id, &link);
         core.spawn_delivery(
             parent.to_owned(),
             Delivery::ChildDone {
@@ -200,10 +213,15 @@ impl Core {
             ticket.await?;
         }
         let core = Arc::new_cyclic(|me: &Weak<Core>| {
-            let timers = TimerService::spawn(TimerArgs {
-                core: me.clone(),
-                store: store.clone(),
-            });
+            // Unbounded: journals hand it timers with `try_send`, which must never
+            // drop one (a dropped timer is a run that never wakes).
+            let timers = TimerService::spawn_with_mailbox(
+                TimerArgs {
+                    core: me.clone(),
+                    store: store.clone(),
+                },
+                kameo::mailbox::unbounded(),
+            );
             Core {
                 activations: Semaphore::new(options.activation_concurrency.max(1)),
                 store,
@@ -213,7 +231,7 @@ impl Core {
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),
                 unrecorded_parks: Mutex::new(HashMap::new()),
-                supervisors: tokio::sync::Mutex::new((RunSupervisor::spawn(me.clone()), 0)),
+                supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
                 retired_supervisors: Mutex::new(Vec::new()),
                 timers,
                 waiters: Mutex::new(HashMap::new()),
@@ -476,12 +494,34 @@ impl Core {
                 .entry(run_id.to_owned())
                 .or_default()
                 .push(tx);
-            let meta = self.known(run_id).await?;
-            if pred(&meta.state) {
-                return Ok(meta);
+            let checked = match self.check_open() {
+                Ok(()) => self.known(run_id).await,
+                Err(e) => Err(e),
+            };
+            let settled = match checked {
+                Ok(meta) if pred(&meta.state) => Some(Ok(meta)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            };
+            if let Some(result) = settled {
+                drop(rx);
+                self.prune_waiters(run_id);
+                return result;
             }
             if rx.await.is_err() {
                 return Err(ActorError::Shutdown);
+            }
+        }
+    }
+
+    /// Drops the senders of waiters that went away (returned early, or were dropped
+    /// by their caller), so the map does not grow with finished or unknown runs.
+    fn prune_waiters(&self, run_id: &str) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(list) = waiters.get_mut(run_id) {
+            list.retain(|w| !w.is_closed());
+            if list.is_empty() {
+                waiters.remove(run_id);
             }
         }
     }
@@ -541,12 +581,22 @@ impl Core {
             return;
         };
         tokio::spawn(async move {
-            let Ok(_permit) = core.activations.acquire().await else {
-                return;
-            };
-            match core.deliver(&run_id, delivery).await {
-                Ok(()) | Err(ActorError::Shutdown | ActorError::RunFinished(_)) => {}
-                Err(e) => tracing::warn!(run_id, error = %e, "reel: background delivery failed"),
+            // A timer or child result must not be lost to a passing failure: retry
+            // with backoff. (After a restart the index delivers timers again anyway.)
+            for attempt in 0..6u32 {
+                let outcome = {
+                    let Ok(_permit) = core.activations.acquire().await else {
+                        return;
+                    };
+                    core.deliver(&run_id, delivery.clone()).await
+                };
+                match outcome {
+                    Ok(()) | Err(ActorError::Shutdown | ActorError::RunFinished(_)) => return,
+                    Err(e) => {
+                        tracing::warn!(run_id, attempt, error = %e, "reel: background delivery failed");
+                        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    }
+                }
             }
         });
     }
@@ -625,8 +675,8 @@ impl Core {
     async fn supervisor(&self) -> ActorRef<RunSupervisor> {
         let mut sup = self.supervisors.lock().await;
         if sup.1 >= CHILDREN_PER_SUPERVISOR {
-            let old = std::mem::replace(&mut sup.0, RunSupervisor::spawn(self.me.clone()));
-            let _ = old.tell(Retire(sup.1)).await;
+            let old = std::mem::replace(&mut sup.0, spawn_supervisor(self.me.clone()));
+            let _ = old.tell(Retire(sup.1)).try_send();
             sup.1 = 0;
             // Keep the retired supervisor referenced until it stops by itself: kameo
             // stops an actor whose last reference is dropped, and a stopping
@@ -642,8 +692,16 @@ impl Core {
         sup.0.clone()
     }
 
-    /// Called by a supervisor when a run actor stopped for good.
-    pub(crate) async fn run_actor_stopped(&self, id: ActorId, reason: &ActorStopReason) {
+    /// Called by a supervisor when a run actor stopped for good. The work happens in a
+    /// task so the supervisor's loop never waits on the live-run lock.
+    pub(crate) fn run_actor_stopped(&self, id: ActorId, reason: ActorStopReason) {
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move { core.after_run_actor_stopped(id, &reason).await });
+    }
+
+    async fn after_run_actor_stopped(&self, id: ActorId, reason: &ActorStopReason) {
         let Some(run_id) = self
             .actor_runs
             .lock()
@@ -710,6 +768,19 @@ impl Core {
         }
         self.notify_changed(run_id);
         Ok(written?)
+    }
+
+    fn unsubscribe(&self, child_run_id: &str, link: &ParentLink) {
+        let mut subs = self
+            .child_subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(list) = subs.get_mut(child_run_id) {
+            list.retain(|l| l != link);
+            if list.is_empty() {
+                subs.remove(child_run_id);
+            }
+        }
     }
 
     /// Remembers a park the store refused, so it is still reported.

@@ -311,6 +311,25 @@ impl RunActor {
         ctx.stop();
     }
 
+    /// With no execution under way, the actor only costs memory: passivate it after
+    /// the idle period (whatever woke it: a suspension, or a message that needed no
+    /// execution, such as a late timer of a finished run).
+    fn settle(&mut self, me: &ActorRef<Self>) {
+        if self.exec.is_some() || self.retired {
+            return;
+        }
+        self.idle_generation += 1;
+        let idle = self.idle_generation;
+        let after = self.core.options.passivate_after;
+        let me = me.clone();
+        // A bare timer task: it only sends one message, which a stopped or busy
+        // actor ignores (the generation no longer matches).
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let _ = me.tell(Passivate(idle)).await;
+        });
+    }
+
     fn has_event(&self, pred: impl Fn(&Event) -> bool) -> bool {
         self.journal
             .with_events(|h, t| h.iter().chain(t.iter()).any(pred))
@@ -342,6 +361,7 @@ impl Message<Resume> for RunActor {
         self.check_usable()?;
         let me = ctx.actor_ref().clone();
         self.begin(&me, true).await;
+        self.settle(&me);
         Ok(())
     }
 }
@@ -351,6 +371,27 @@ impl Message<Delivery> for RunActor {
 
     async fn handle(&mut self, d: Delivery, ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
         self.check_usable()?;
+        let result = self.deliver(d, ctx).await;
+        if let Err(ActorError::Storage(e)) = &result {
+            // The journal may now hold events that never reached the disk: retire, so
+            // the next message activates a fresh actor from what is really stored.
+            tracing::warn!(run_id = %self.run_id, error = %e, "reel: append failed; reloading the run from disk");
+            if !self.retired {
+                self.retire(ctx).await;
+            }
+        } else if !self.retired {
+            self.settle(ctx.actor_ref());
+        }
+        result
+    }
+}
+
+impl RunActor {
+    async fn deliver(
+        &mut self,
+        d: Delivery,
+        ctx: &mut Context<Self, Result<(), ActorError>>,
+    ) -> Result<(), ActorError> {
         let finished = self.meta.state.is_finished();
         let me = ctx.actor_ref().clone();
         match d {
@@ -501,15 +542,7 @@ impl Message<ExecDone> for RunActor {
                     }
                     self.core.notify_changed(&self.run_id);
                 }
-                self.idle_generation += 1;
-                let idle = self.idle_generation;
-                let after = self.core.options.passivate_after;
-                // A bare timer task: it only sends one message, which a stopped or
-                // busy actor ignores (the generation no longer matches).
-                tokio::spawn(async move {
-                    tokio::time::sleep(after).await;
-                    let _ = me.tell(Passivate(idle)).await;
-                });
+                self.settle(&me);
                 Ok(())
             }
             Outcome::Parked(failure) => {

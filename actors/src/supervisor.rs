@@ -58,7 +58,7 @@ impl Actor for RunSupervisor {
         // crash past the restart limit.
         self.stopped_children += 1;
         if let Some(core) = self.core.upgrade() {
-            core.run_actor_stopped(id, &reason).await;
+            core.run_actor_stopped(id, reason);
         }
         Ok(self.flow())
     }
