@@ -295,9 +295,7 @@ impl Core {
         self.registry
             .lookup(workflow, version)
             .map_err(ActorError::NotRegistered)?;
-        if let Some(existing) = self.meta(run_id).await? {
-            return Core::existing(existing, workflow);
-        }
+        // No read first: the compare-and-set on sequence 0 is the existence check.
         let now = now_ms();
         let meta = RunMeta {
             run_id: run_id.to_owned(),

@@ -26,7 +26,8 @@ use crate::{Event, RunMeta, StorageError, TimerEntry};
 pub const FORMAT_VERSION: &str = "reel-log/1";
 
 const MAX_BATCH: usize = 8192;
-const SEQ_CACHE_LIMIT: usize = 200_000;
+/// Runs whose next sequence number is cached; a miss costs one reverse key lookup.
+const SEQ_CACHE_LIMIT: usize = 16_384;
 
 /// Tuning for [`FjallStore::open_with`].
 #[derive(Clone, Debug)]
@@ -35,6 +36,8 @@ pub struct StoreOptions {
     pub max_journal_bytes: u64,
     /// Block cache size.
     pub cache_bytes: u64,
+    /// Size at which a keyspace's memtable is flushed to disk.
+    pub max_memtable_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -42,6 +45,7 @@ impl Default for StoreOptions {
         StoreOptions {
             max_journal_bytes: 64 * 1024 * 1024,
             cache_bytes: 32 * 1024 * 1024,
+            max_memtable_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -169,7 +173,14 @@ impl FjallStore {
             .max_journaling_size(options.max_journal_bytes)
             .cache_size(options.cache_bytes)
             .open()?;
-        let ks = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
+        // Small memtables: flushed sooner, so idle runs cost disk, not memory
+        // (invariant 6). The log is append-only, so flushes are cheap.
+        let memtable = options.max_memtable_bytes;
+        let ks = |name: &str| {
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(memtable)
+            })
+        };
         let keyspaces = Keyspaces {
             log: ks("log")?,
             runs: ks("runs")?,
