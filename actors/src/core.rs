@@ -73,7 +73,7 @@ pub struct Core {
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
     timers: ActorRef<TimerService>,
-    waiters: Mutex<HashMap<String, Vec<oneshot::Sender<()>>>>,
+    waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Option<RunMeta>>>>>,
     child_subscribers: Mutex<HashMap<String, Vec<ParentLink>>>,
     activations: Semaphore,
     closing: AtomicBool,
@@ -306,16 +306,18 @@ impl Core {
             updated_at: now,
             parent,
         };
+        let started = Event::RunStarted {
+            workflow: workflow.to_owned(),
+            version,
+            input,
+        };
+        let (meta_copy, started_copy) = (meta.clone(), started.clone());
         let created = self
             .store
             .submit(Append {
                 run_id: run_id.to_owned(),
                 expected_seq: Some(0),
-                events: vec![Event::RunStarted {
-                    workflow: workflow.to_owned(),
-                    version,
-                    input,
-                }],
+                events: vec![started],
                 meta: Some(meta),
                 durable: true,
                 ..Append::default()
@@ -333,7 +335,9 @@ impl Core {
             }
             Err(e) => return Err(e.into()),
         }
-        self.deliver(run_id, Resume).await?;
+        // The new actor gets the run as just written instead of reading it back.
+        self.deliver_with(run_id, Resume, Some((meta_copy, vec![started_copy])))
+            .await?;
         Ok(Started::Created)
     }
 
@@ -484,7 +488,15 @@ impl Core {
         run_id: &str,
         pred: impl Fn(&RunState) -> bool,
     ) -> Result<RunMeta, ActorError> {
+        // The state that came with the last notification. It only short-cuts a
+        // match; otherwise the store is read after registering, which is the point
+        // no later change can slip past.
+        let mut notified: Option<RunMeta> = None;
         loop {
+            if let Some(meta) = notified.take().filter(|m| pred(&m.state)) {
+                self.prune_waiters(run_id);
+                return Ok(meta);
+            }
             let (tx, rx) = oneshot::channel();
             self.waiters
                 .lock()
@@ -506,8 +518,9 @@ impl Core {
                 self.prune_waiters(run_id);
                 return result;
             }
-            if rx.await.is_err() {
-                return Err(ActorError::Shutdown);
+            match rx.await {
+                Ok(meta) => notified = meta,
+                Err(_) => return Err(ActorError::Shutdown),
             }
         }
     }
@@ -606,10 +619,24 @@ impl Core {
         M: Clone + Send + 'static,
         RunActor: Message<M, Reply = Result<(), ActorError>>,
     {
+        self.deliver_with(run_id, msg, None).await
+    }
+
+    /// [`Core::deliver`], handing a newly spawned actor the run's state if known.
+    async fn deliver_with<M>(
+        &self,
+        run_id: &str,
+        msg: M,
+        mut preload: Option<(RunMeta, Vec<Event>)>,
+    ) -> Result<(), ActorError>
+    where
+        M: Clone + Send + 'static,
+        RunActor: Message<M, Reply = Result<(), ActorError>>,
+    {
         let mut last = String::new();
         for _ in 0..16 {
             self.check_open()?;
-            let actor = self.actor_for(run_id).await?;
+            let actor = self.actor_for(run_id, preload.take()).await?;
             match actor.ask(msg.clone()).await {
                 Ok(()) => return Ok(()),
                 Err(SendError::HandlerError(ActorError::Retired)) => {}
@@ -637,7 +664,11 @@ impl Core {
         self.forget(run_id, actor).await;
     }
 
-    async fn actor_for(&self, run_id: &str) -> Result<ActorRef<RunActor>, ActorError> {
+    async fn actor_for(
+        &self,
+        run_id: &str,
+        preload: Option<(RunMeta, Vec<Event>)>,
+    ) -> Result<ActorRef<RunActor>, ActorError> {
         let mut live = self.live.lock().await;
         if let Some(actor) = live.get(run_id)
             && actor.is_alive()
@@ -649,9 +680,12 @@ impl Core {
         let first = AtomicBool::new(true);
         let args_run = run.clone();
         let args_core = core.clone();
+        let preload = Mutex::new(preload);
         let factory = move || RunArgs {
             core: Arc::downgrade(&args_core),
             run_id: args_run.clone(),
+            // Only the first start may use it: a restart reloads from disk.
+            preload: preload.lock().unwrap_or_else(|p| p.into_inner()).take(),
             // A restart by the supervisor resumes on its own; the first start is
             // driven by the message that activated it.
             resume: !first.swap(false, Ordering::AcqRel),
@@ -764,7 +798,7 @@ impl Core {
         if written.is_err() {
             self.record_unwritten_park(run_id, error);
         }
-        self.notify_changed(run_id);
+        self.notify_changed(run_id, None);
         Ok(written?)
     }
 
@@ -789,20 +823,22 @@ impl Core {
             .insert(run_id.to_owned(), error);
     }
 
-    pub(crate) fn notify_changed(&self, run_id: &str) {
+    /// Wakes the run's waiters, handing them the new state when the caller knows it
+    /// was written.
+    pub(crate) fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
         let waiters = self
             .waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(run_id);
         for w in waiters.into_iter().flatten() {
-            let _ = w.send(());
+            let _ = w.send(meta.cloned());
         }
     }
 
     /// A run finished: wake result waiters and deliver the result to parents.
     pub(crate) fn run_finished(&self, meta: &RunMeta) {
-        self.notify_changed(&meta.run_id);
+        self.notify_changed(&meta.run_id, Some(meta));
         let subscribers = self
             .child_subscribers
             .lock()

@@ -29,6 +29,8 @@ pub(crate) struct RunArgs {
     pub(crate) core: Weak<Core>,
     pub(crate) run_id: Arc<str>,
     pub(crate) resume: bool,
+    /// The run as just created: spares the first start a read of what was written.
+    pub(crate) preload: Option<(RunMeta, Vec<Event>)>,
 }
 
 pub(crate) struct RunActor {
@@ -91,13 +93,18 @@ impl Actor for RunActor {
 
     async fn on_start(args: RunArgs, me: ActorRef<Self>) -> Result<Self, ActorError> {
         let core = args.core.upgrade().ok_or(ActorError::Shutdown)?;
-        let store = core.store.clone();
-        let id = args.run_id.clone();
-        let (meta, log) = blocking(move || {
-            let meta = store.get_run(&id)?;
-            Ok((meta, store.read_log(&id)))
-        })
-        .await?;
+        let (meta, log) = match args.preload {
+            Some((meta, log)) => (Some(meta), Ok(log)),
+            None => {
+                let store = core.store.clone();
+                let id = args.run_id.clone();
+                blocking(move || {
+                    let meta = store.get_run(&id)?;
+                    Ok((meta, store.read_log(&id)))
+                })
+                .await?
+            }
+        };
         let meta = meta.ok_or_else(|| ActorError::UnknownRun(args.run_id.to_string()))?;
         let (log, broken) = match log {
             Ok(log) if matches!(log.first(), Some(Event::RunStarted { .. })) => (log, None),
@@ -244,7 +251,7 @@ impl RunActor {
 
     async fn park(&mut self, failure: Failure) {
         if matches!(&self.meta.state, RunState::Parked { error } if *error == failure) {
-            self.core.notify_changed(&self.run_id);
+            self.core.notify_changed(&self.run_id, Some(&self.meta));
             return;
         }
         tracing::warn!(run_id = %self.run_id, error = %failure, "reel: run parked");
@@ -256,13 +263,16 @@ impl RunActor {
             .append_with(Vec::new(), Some(meta.clone()), Vec::new(), true)
             .await
         {
-            Ok(()) => self.meta = meta,
+            Ok(()) => {
+                self.meta = meta;
+                self.core.notify_changed(&self.run_id, Some(&self.meta));
+            }
             Err(e) => {
                 tracing::error!(run_id = %self.run_id, error = %e, "reel: could not park run");
                 self.core.record_unwritten_park(&self.run_id, failure);
+                self.core.notify_changed(&self.run_id, None);
             }
         }
-        self.core.notify_changed(&self.run_id);
     }
 
     /// Appends the events that wake the run, flipping a suspended run back to running
@@ -540,7 +550,7 @@ impl Message<ExecDone> for RunActor {
                     if let Err(e) = written {
                         tracing::warn!(run_id = %self.run_id, error = %e, "reel: could not record suspension");
                     }
-                    self.core.notify_changed(&self.run_id);
+                    self.core.notify_changed(&self.run_id, Some(&self.meta));
                 }
                 self.settle(&me);
                 Ok(())
