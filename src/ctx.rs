@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
-use reel_actors::{Journal, Outcome, Services, now_ms};
+use reel_actors::{Journal, Outcome, Services, now_ms, panic_message};
 use reel_storage::{Event, Failure, Payload, Ticket};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tracing::Instrument;
@@ -90,22 +90,14 @@ struct State {
 /// Payloads keep struct field names (MessagePack maps), so adding a field with
 /// `#[serde(default)]` to an input, output or signal type stays readable by runs in
 /// flight.
-fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Payload> {
+pub(crate) fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Payload> {
     rmp_serde::to_vec_named(v)
         .map(Payload)
         .map_err(Error::codec)
 }
 
-fn decode<T: DeserializeOwned>(p: &Payload) -> Result<T> {
+pub(crate) fn decode<T: DeserializeOwned>(p: &Payload) -> Result<T> {
     rmp_serde::from_slice(p.as_bytes()).map_err(Error::codec)
-}
-
-pub(crate) fn encode_payload<T: Serialize + ?Sized>(v: &T) -> Result<Payload> {
-    encode(v)
-}
-
-pub(crate) fn decode_payload<T: DeserializeOwned>(p: &Payload) -> Result<T> {
-    decode(p)
 }
 
 fn ms_of(t: SystemTime) -> u64 {
@@ -377,7 +369,7 @@ impl Ctx {
                     }
                 },
                 Ok(Err(e)) => e.to_string(),
-                Err(panic) => format!("panicked: {}", panic_text(&panic)),
+                Err(panic) => format!("panicked: {}", panic_message(&*panic)),
             };
             let policy = policy.unwrap_or_else(|| ctx.inner.policy.clone());
             let retry_at = (attempt < policy.max_attempts)
@@ -771,13 +763,6 @@ fn describe_wait(prefix: &str, name: &str) -> String {
 /// The signal name an approval travels under.
 pub(crate) fn approval_signal(name: &str) -> String {
     format!("approval:{name}")
-}
-
-fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic".to_owned())
 }
 
 /// Runs one execution of `workflow` against `history`; shared by the live engine and

@@ -11,7 +11,7 @@ use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry};
 use reel_storage::{Event, Failure, FjallStore, MemStore, RunMeta, RunState, Store};
 use serde::Serialize;
 
-use crate::ctx::{Approval, approval_signal, decode_payload, encode_payload, execute};
+use crate::ctx::{Approval, approval_signal, decode, encode, execute};
 use crate::{Error, Result, Uuid, Workflow};
 
 /// Where a run stands.
@@ -249,7 +249,7 @@ impl Host {
     /// registered, [`Error::RunExists`] when another workflow has the id,
     /// [`Error::Codec`], [`Error::Storage`], [`Error::Shutdown`].
     pub async fn start<W: Workflow>(&self, run_id: &str, input: W::Input) -> Result<RunHandle<W>> {
-        let input = encode_payload(&input)?;
+        let input = encode(&input)?;
         self.core
             .start(W::NAME, W::VERSION, run_id, input, None)
             .await?;
@@ -342,7 +342,7 @@ impl<W: Workflow> RunHandle<W> {
         payload: &T,
         signal_id: &str,
     ) -> Result<()> {
-        let payload = encode_payload(payload)?;
+        let payload = encode(payload)?;
         Ok(self
             .core
             .signal(&self.run_id, name, signal_id, payload)
@@ -418,7 +418,7 @@ impl<W: Workflow> RunHandle<W> {
         let meta = self.core.wait_settled(&self.run_id).await?;
         match meta.state {
             RunState::Completed => match self.core.last_event(&self.run_id).await? {
-                Some(Event::RunCompleted { output }) => decode_payload(&output),
+                Some(Event::RunCompleted { output }) => decode(&output),
                 other => Err(Error::Storage(format!(
                     "run `{}` is completed but its log ends with {other:?}",
                     self.run_id

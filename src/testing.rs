@@ -24,10 +24,10 @@
 use std::sync::Arc;
 
 use reel_actors::Outcome;
-use reel_storage::{Event, Payload};
+use reel_storage::Event;
 use serde::Serialize;
 
-use crate::ctx::{decode_payload, encode_payload, execute};
+use crate::ctx::{decode, encode, execute};
 use crate::{Error, Result, Workflow};
 
 /// What replaying a history showed.
@@ -53,7 +53,7 @@ pub async fn replay<W: Workflow>(workflow: W, history: &[Event]) -> Result<Repla
     let (outcome, ctx) =
         execute(Arc::new(workflow), Arc::from("replay"), history, None, None).await;
     match outcome {
-        Outcome::Completed(p) => decode_payload(&p).map(Replayed::Completed),
+        Outcome::Completed(p) => decode(&p).map(Replayed::Completed),
         Outcome::Failed(f) => Ok(Replayed::Failed(f.into())),
         Outcome::Parked(f) => Err(f.into()),
         Outcome::Crashed(m) => Err(Error::Crashed(m)),
@@ -69,10 +69,6 @@ pub struct History {
     events: Vec<Event>,
 }
 
-fn payload<T: Serialize + ?Sized>(v: &T) -> Result<Payload> {
-    encode_payload(v)
-}
-
 impl History {
     /// A history that starts a run of `W` with `input`.
     ///
@@ -83,7 +79,7 @@ impl History {
             events: vec![Event::RunStarted {
                 workflow: W::NAME.to_owned(),
                 version: W::VERSION,
-                input: payload(input)?,
+                input: encode(input)?,
             }],
         })
     }
@@ -99,7 +95,7 @@ impl History {
     /// # Errors
     /// [`Error::Codec`].
     pub fn step_completed<T: Serialize + ?Sized>(self, id: &str, output: &T) -> Result<History> {
-        let output = payload(output)?;
+        let output = encode(output)?;
         Ok(self
             .push(Event::StepStarted {
                 id: id.to_owned(),
@@ -129,7 +125,7 @@ impl History {
         Ok(self.push(Event::SignalReceived {
             name: name.to_owned(),
             signal_id: format!("canned-{n}"),
-            payload: payload(payload_value)?,
+            payload: encode(payload_value)?,
         }))
     }
 

@@ -164,8 +164,8 @@ impl Services {
 }
 
 impl Core {
-    /// Opens a core over `store`: starts the timer service (which loads the due-time
-    /// index) and begins recovery of unfinished runs in the background, so it returns
+    /// Opens a core over `store`: loads the due-time index into the timer service and
+    /// begins recovery of unfinished runs in the background, so it returns
     /// as soon as the store is readable.
     ///
     /// # Errors
@@ -183,17 +183,18 @@ impl Core {
         // Likewise a suspended run whose timer came due while no host was running:
         // it is about to be woken, so it is reported as running.
         let scan = store.clone();
-        let due: std::collections::HashSet<String> = blocking(move || scan.timers())
-            .await?
-            .into_iter()
-            .take_while(|t| t.fire_at <= now_ms())
-            .map(|t| t.run_id)
+        let timers = blocking(move || scan.timers()).await?;
+        let now = now_ms();
+        let due: std::collections::HashSet<&str> = timers
+            .iter()
+            .take_while(|t| t.fire_at <= now)
+            .map(|t| t.run_id.as_str())
             .collect();
         let unparked: Vec<_> = unfinished
             .iter()
             .filter(|m| match &m.state {
                 RunState::Parked { .. } => true,
-                RunState::Suspended { .. } => due.contains(&m.run_id),
+                RunState::Suspended { .. } => due.contains(m.run_id.as_str()),
                 _ => false,
             })
             .map(|m| {
@@ -209,6 +210,7 @@ impl Core {
                 })
             })
             .collect();
+        drop(due);
         for ticket in unparked {
             ticket.await?;
         }
@@ -218,7 +220,7 @@ impl Core {
             let timers = TimerService::spawn_with_mailbox(
                 TimerArgs {
                     core: me.clone(),
-                    store: store.clone(),
+                    timers,
                 },
                 kameo::mailbox::unbounded(),
             );

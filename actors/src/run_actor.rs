@@ -80,7 +80,8 @@ struct ExecDone {
 
 struct Passivate(u64);
 
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+/// The text of a caught panic (its `&str` or `String` payload).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| p.downcast_ref::<String>().cloned())
@@ -228,7 +229,7 @@ impl RunActor {
                 let outcome = AssertUnwindSafe(future)
                     .catch_unwind()
                     .await
-                    .unwrap_or_else(|p| Outcome::Crashed(panic_message(p)));
+                    .unwrap_or_else(|p| Outcome::Crashed(panic_message(&*p)));
                 let _ = me
                     .tell(ExecDone {
                         generation,
@@ -347,14 +348,18 @@ impl RunActor {
 
     fn unfinished_children(&self) -> Vec<String> {
         self.journal.with_events(|h, t| {
-            let all: Vec<&Event> = h.iter().chain(t.iter()).collect();
-            all.iter()
+            let done: std::collections::HashSet<&str> = h
+                .iter()
+                .chain(t)
                 .filter_map(|e| match e {
-                    Event::ChildStarted { id, run_id, .. }
-                        if !all.iter().any(
-                            |d| matches!(d, Event::ChildCompleted { id: done, .. } if done == id),
-                        ) =>
-                    {
+                    Event::ChildCompleted { id, .. } => Some(id.as_str()),
+                    _ => None,
+                })
+                .collect();
+            h.iter()
+                .chain(t)
+                .filter_map(|e| match e {
+                    Event::ChildStarted { id, run_id, .. } if !done.contains(id.as_str()) => {
                         Some(run_id.clone())
                     }
                     _ => None,

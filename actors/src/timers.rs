@@ -7,12 +7,13 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kameo::actor::{Actor, ActorRef};
+use kameo::error::Infallible;
 use kameo::message::{Context, Message};
-use reel_storage::{StorageError, Store, TimerEntry};
+use reel_storage::TimerEntry;
 use tokio::task::JoinHandle;
 
 use crate::core::Core;
@@ -27,7 +28,8 @@ pub fn now_ms() -> u64 {
 
 pub(crate) struct TimerArgs {
     pub(crate) core: Weak<Core>,
-    pub(crate) store: Arc<dyn Store>,
+    /// The due-time index as read by recovery (read once, used twice).
+    pub(crate) timers: Vec<TimerEntry>,
 }
 
 pub(crate) struct TimerService {
@@ -41,17 +43,13 @@ struct Tick;
 
 impl Actor for TimerService {
     type Args = TimerArgs;
-    type Error = StorageError;
+    type Error = Infallible;
 
-    async fn on_start(args: TimerArgs, me: ActorRef<Self>) -> Result<Self, StorageError> {
-        let store = args.store.clone();
-        let timers = tokio::task::spawn_blocking(move || store.timers())
-            .await
-            .map_err(|e| StorageError::Io(e.to_string()))??;
-        tracing::debug!(count = timers.len(), "reel: timer index loaded");
+    async fn on_start(args: TimerArgs, me: ActorRef<Self>) -> Result<Self, Infallible> {
+        tracing::debug!(count = args.timers.len(), "reel: timer index loaded");
         let mut service = TimerService {
             core: args.core,
-            heap: timers.into_iter().map(Reverse).collect(),
+            heap: args.timers.into_iter().map(Reverse).collect(),
             armed: None,
         };
         service.arm(&me);
@@ -62,7 +60,7 @@ impl Actor for TimerService {
         &mut self,
         _: kameo::actor::WeakActorRef<Self>,
         _: kameo::error::ActorStopReason,
-    ) -> Result<(), StorageError> {
+    ) -> Result<(), Infallible> {
         if let Some((_, task)) = self.armed.take() {
             task.abort();
         }

@@ -230,22 +230,12 @@ impl FjallStore {
     }
 
     fn encode(append: Append) -> Result<Encoded> {
-        check_run_id(&append.run_id)?;
-        // A timer key is due time ++ run id ++ NUL ++ timer id: a run id with a NUL
-        // would read back as another run's timer.
-        for t in append.add_timers.iter().chain(&append.remove_timers) {
-            check_run_id(&t.run_id)?;
-        }
+        append.validate()?;
         let records = append
             .events
             .iter()
             .map(Event::encode)
             .collect::<Result<Vec<_>>>()?;
-        if !records.is_empty() && append.expected_seq.is_none() {
-            return Err(StorageError::Encode(
-                "an append with events needs an expected sequence".into(),
-            ));
-        }
         let meta = match &append.meta {
             Some(m) => Some((encode_meta(m)?, m.state.is_finished())),
             None => None,

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
-use crate::{Event, RunMeta, StorageError, TimerEntry, check_run_id};
+use crate::{Event, RunMeta, StorageError, TimerEntry};
 
 #[derive(Default)]
 struct State {
@@ -35,10 +35,7 @@ impl MemStore {
     }
 
     fn apply(&self, a: Append) -> Result<()> {
-        check_run_id(&a.run_id)?;
-        for t in a.add_timers.iter().chain(&a.remove_timers) {
-            check_run_id(&t.run_id)?;
-        }
+        a.validate()?;
         let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
         if st.closed {
             return Err(StorageError::Closed);
@@ -56,10 +53,6 @@ impl MemStore {
                 .entry(a.run_id.clone())
                 .or_default()
                 .extend(a.events);
-        } else if !a.events.is_empty() {
-            return Err(StorageError::Encode(
-                "an append with events needs an expected sequence".into(),
-            ));
         }
         if let Some(meta) = a.meta {
             st.runs.insert(a.run_id.clone(), meta);

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use crate::{Event, RunMeta, StorageError, TimerEntry};
+use crate::{Event, RunMeta, StorageError, TimerEntry, check_run_id};
 
 /// Result alias of this crate.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -32,6 +32,28 @@ pub struct Append {
     /// writes still reach the OS before the answer (they survive a process kill) and
     /// become durable with the next durable write, which is ordered after them.
     pub durable: bool,
+}
+
+impl Append {
+    /// Checks what every backend refuses before writing anything.
+    ///
+    /// # Errors
+    /// [`StorageError::InvalidRunId`] for the run or a timer entry (a timer key is
+    /// due time ++ run id ++ NUL ++ timer id: a run id with a NUL would read back as
+    /// another run's timer); [`StorageError::Encode`] for events without an expected
+    /// sequence number.
+    pub fn validate(&self) -> Result<()> {
+        check_run_id(&self.run_id)?;
+        for t in self.add_timers.iter().chain(&self.remove_timers) {
+            check_run_id(&t.run_id)?;
+        }
+        if !self.events.is_empty() && self.expected_seq.is_none() {
+            return Err(StorageError::Encode(
+                "an append with events needs an expected sequence".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The answer to a submitted [`Append`]: resolves once the write is done (and
