@@ -6,12 +6,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry};
 use reel_storage::{Event, Failure, FjallStore, MemStore, RunMeta, RunState, Store};
 use serde::Serialize;
 
-use crate::ctx::{Approval, approval_signal, decode, encode, execute};
+use crate::ctx::{Approval, decode, encode};
+use crate::driver::execute;
+use crate::primitives::approval_signal;
 use crate::{Error, Result, Uuid, Workflow};
 
 /// Where a run stands.
@@ -89,19 +91,15 @@ impl From<RunMeta> for RunInfo {
 struct WorkflowEngine<W: Workflow>(Arc<W>);
 
 impl<W: Workflow> Engine for WorkflowEngine<W> {
-    fn execute(&self, e: Execution) -> BoxFuture<'static, Outcome> {
-        let workflow = self.0.clone();
-        Box::pin(async move {
-            execute(
-                workflow,
-                e.run_id,
-                e.history,
-                Some(e.journal),
-                Some(e.services),
-            )
-            .await
-            .0
-        })
+    fn execute(&self, e: Execution) -> BoxStream<'static, Outcome> {
+        execute(
+            self.0.clone(),
+            e.run_id,
+            e.history,
+            Some(e.journal),
+            Some(e.services),
+        )
+        .0
     }
 }
 

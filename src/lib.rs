@@ -14,10 +14,17 @@
 //!
 //! # Layout
 //! - `workflow`: [`Workflow`] and [`RetryPolicy`].
-//! - `ctx`: [`Ctx`], [`StepCtx`], [`Approval`]: the durable primitives and the driver
-//!   that detects suspension.
-//! - `replay`: the synchronous, side-effect-free replay core (matching, ids,
-//!   divergence, signal and retry resolution).
+//! - `ctx`: [`Ctx`], [`StepCtx`], [`Approval`] and what every primitive shares (ids,
+//!   slots, recording, timer cancellation).
+//! - `primitives`: one file per durable primitive (step, timer, signal wait,
+//!   recorded value, child run), each adding its methods to [`Ctx`].
+//! - `driver`: runs an execution: polls the handler to quiescence, walks the log
+//!   and makes recorded results visible one at a time, in log order; reports
+//!   suspensions and the final outcome.
+//! - `replay`: the synchronous, side-effect-free history index (positional
+//!   matching, ids, divergence, how an unfinished step goes on).
+//! - `slots`: the synchronous visibility table (which primitive a recorded result
+//!   reaches, signal routing and buffering).
 //! - `host`: [`Host`], [`HostBuilder`], [`RunHandle`], [`RunStatus`], [`RunInfo`].
 //! - `error`: [`Error`] and [`Result`].
 //! - [`testing`]: replay a recorded log without a host.
@@ -53,9 +60,12 @@
 //! ```
 
 mod ctx;
+mod driver;
 mod error;
 mod host;
+mod primitives;
 mod replay;
+mod slots;
 pub mod testing;
 mod workflow;
 

@@ -1,16 +1,20 @@
 //! The replay core: synchronous and side-effect free.
 //!
-//! Given the recorded log and the primitive the handler just called, it decides what
-//! that primitive does: return the recorded result, do something new (and which
-//! events to record for it), wait, or report a divergence. It performs nothing
-//! itself: [`crate::ctx`] carries out the decision. The same code serves a live run
-//! and a full replay, and `reel::testing` runs it with no store at all.
+//! It indexes the recorded log once per execution and answers three questions: is
+//! this call the primitive the log has at this position (ids and kinds match, in
+//! call order), has the handler reached every primitive the log opened before the
+//! point the walk has come to, and how does a step that has no recorded result go
+//! on (run an attempt again, or wait for its backoff timer). It performs nothing
+//! itself; [`crate::driver`] walks the log and the primitives carry the answers out.
+//!
+//! Results are not matched here: the driver makes them visible one at a time, in log
+//! order, through [`crate::slots`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use reel_actors::retry_timer_id;
-use reel_storage::{Event, Failure, Payload};
+use reel_storage::Event;
 
 use crate::Error;
 
@@ -45,8 +49,10 @@ struct Opening {
     kind: Kind,
 }
 
-fn opening(seq: u64, e: &Event) -> Option<Opening> {
-    let (id, kind) = match e {
+/// The primitive an event opens, if it opens one: a step's first attempt, a timer,
+/// a signal wait, a recorded value, a child.
+fn opening(e: &Event) -> Option<(&String, Kind)> {
+    Some(match e {
         Event::StepStarted { id, attempt: 1 } => (id, Kind::Step),
         Event::TimerScheduled { id, .. } => (id, Kind::Timer),
         Event::SignalAwaited { id, name, .. } => (id, Kind::Signal { name: name.clone() }),
@@ -74,38 +80,32 @@ fn opening(seq: u64, e: &Event) -> Option<Opening> {
             },
         ),
         _ => return None,
-    };
-    Some(Opening {
-        seq,
-        id: id.clone(),
-        kind,
     })
+}
+
+/// Whether an event opens a primitive.
+pub(crate) fn is_opening(e: &Event) -> bool {
+    opening(e).is_some()
 }
 
 #[derive(Default)]
 struct StepRecord {
-    output: Option<Payload>,
+    done: bool,
     last_started: u32,
-    last_failure: Option<(u32, String, Option<u64>)>,
+    last_failure: Option<(u32, Option<u64>)>,
 }
 
-/// What a step call must do.
+/// How a step that has no recorded result goes on, once replay has caught up.
 #[derive(Debug, PartialEq)]
 pub(crate) enum StepPlan {
-    /// The result is recorded: return it without running the body.
-    Done(Result<Payload, Error>),
     /// Run the body as this attempt (recording `StepStarted` first when `record`).
     Run { attempt: u32, record: bool },
-    /// A failed attempt waits for its backoff timer.
-    WaitRetry { timer_id: String },
-}
-
-/// How a signal wait resolves from the log.
-#[derive(Debug, PartialEq)]
-pub(crate) enum SignalPlan {
-    Received(Payload),
-    TimedOut,
-    Wait,
+    /// A failed attempt waits for its backoff timer, due at `fire_at`.
+    WaitRetry {
+        timer_id: String,
+        attempt: u32,
+        fire_at: u64,
+    },
 }
 
 /// Whether a primitive is new (to be recorded) or replayed.
@@ -118,17 +118,18 @@ pub(crate) enum Opened {
 /// The replay state of one execution.
 pub(crate) struct Replay {
     opens: Vec<Opening>,
+    /// Calls matched so far (the next call is matched against `opens[cursor]`).
     cursor: usize,
+    /// Recorded openings the walk has passed.
+    walked_opens: usize,
     steps: HashMap<String, StepRecord>,
-    fired: HashMap<String, u64>,
-    signals: HashMap<String, Vec<(u64, Payload)>>,
-    claims: HashMap<String, usize>,
-    waits: HashMap<String, Option<u64>>,
-    timers: HashMap<String, u64>,
-    recorded: HashMap<String, Payload>,
-    children: HashMap<String, Result<Payload, Failure>>,
+    /// Due times of the timers and timed waits the log created.
+    due: HashMap<String, u64>,
+    /// Timers that fired or were cancelled in the log.
+    settled: HashSet<String>,
+    children_done: HashSet<String>,
     step_names: HashMap<String, u32>,
-    step_ids: std::collections::HashSet<String>,
+    step_ids: HashSet<String>,
     counters: HashMap<&'static str, u32>,
     diverged: Option<Error>,
 }
@@ -139,66 +140,60 @@ impl Replay {
         let mut r = Replay {
             opens: Vec::new(),
             cursor: 0,
+            walked_opens: 0,
             steps: HashMap::new(),
-            fired: HashMap::new(),
-            signals: HashMap::new(),
-            claims: HashMap::new(),
-            waits: HashMap::new(),
-            timers: HashMap::new(),
-            recorded: HashMap::new(),
-            children: HashMap::new(),
+            due: HashMap::new(),
+            settled: HashSet::new(),
+            children_done: HashSet::new(),
             step_names: HashMap::new(),
-            step_ids: std::collections::HashSet::new(),
+            step_ids: HashSet::new(),
             counters: HashMap::new(),
             diverged: None,
         };
         for (seq, e) in history.iter().enumerate() {
-            let seq = seq as u64;
-            if let Some(o) = opening(seq, e) {
-                r.opens.push(o);
+            if let Some((id, kind)) = opening(e) {
+                r.opens.push(Opening {
+                    seq: seq as u64,
+                    id: id.clone(),
+                    kind,
+                });
             }
             match e {
                 Event::StepStarted { id, attempt } => {
                     let s = r.steps.entry(id.clone()).or_default();
                     s.last_started = s.last_started.max(*attempt);
                 }
-                Event::StepCompleted { id, output } => {
-                    let s = r.steps.entry(id.clone()).or_default();
-                    if s.output.is_none() {
-                        s.output = Some(output.clone());
-                    }
+                Event::StepCompleted { id, .. } => {
+                    r.steps.entry(id.clone()).or_default().done = true;
                 }
                 Event::StepFailed {
                     id,
                     attempt,
-                    error,
                     retry_at,
+                    ..
                 } => {
-                    r.steps.entry(id.clone()).or_default().last_failure =
-                        Some((*attempt, error.clone(), *retry_at));
+                    let s = r.steps.entry(id.clone()).or_default();
+                    s.last_failure = Some((*attempt, *retry_at));
+                    s.done |= retry_at.is_none();
+                    if let Some(at) = retry_at {
+                        r.due.insert(retry_timer_id(id, *attempt), *at);
+                    }
                 }
                 Event::TimerScheduled { id, fire_at } => {
-                    r.timers.insert(id.clone(), *fire_at);
+                    r.due.insert(id.clone(), *fire_at);
                 }
-                Event::TimerFired { id } => {
-                    r.fired.entry(id.clone()).or_insert(seq);
+                Event::SignalAwaited {
+                    id,
+                    deadline: Some(d),
+                    ..
+                } => {
+                    r.due.insert(id.clone(), *d);
                 }
-                Event::SignalAwaited { id, deadline, .. } => {
-                    r.waits.insert(id.clone(), *deadline);
+                Event::TimerFired { id } | Event::TimerCancelled { id } => {
+                    r.settled.insert(id.clone());
                 }
-                Event::SignalReceived { name, payload, .. } => {
-                    r.signals
-                        .entry(name.clone())
-                        .or_default()
-                        .push((seq, payload.clone()));
-                }
-                Event::Recorded { id, value, .. } => {
-                    r.recorded.insert(id.clone(), value.clone());
-                }
-                Event::ChildCompleted { id, result } => {
-                    r.children
-                        .entry(id.clone())
-                        .or_insert_with(|| result.clone());
+                Event::ChildCompleted { id, .. } => {
+                    r.children_done.insert(id.clone());
                 }
                 _ => {}
             }
@@ -235,7 +230,7 @@ impl Replay {
         }
     }
 
-    /// Matches the next primitive against the log (invariant 3).
+    /// Matches the next primitive call against the log (invariant 3).
     ///
     /// # Errors
     /// [`Error::ReplayDivergence`] naming the first divergent event; every later call
@@ -253,7 +248,31 @@ impl Replay {
         }
     }
 
-    fn diverge(&mut self, index: u64, expected: String, found: String) -> Error {
+    /// The walk reached a recorded opening: live, the handler had called it before
+    /// any later result became visible, so it must have been called by now.
+    /// `waiting` describes what the handler waits on instead.
+    ///
+    /// # Errors
+    /// [`Error::ReplayDivergence`] at that opening.
+    pub(crate) fn walk_opening(&mut self, waiting: impl FnOnce() -> String) -> Result<(), Error> {
+        if let Some(e) = &self.diverged {
+            return Err(e.clone());
+        }
+        let k = self.walked_opens;
+        let Some(o) = self.opens.get(k) else {
+            return Ok(());
+        };
+        self.walked_opens += 1;
+        if k < self.cursor {
+            return Ok(());
+        }
+        let (seq, expected) = (o.seq, o.kind.describe(&o.id));
+        Err(self.diverge(seq, expected, waiting()))
+    }
+
+    /// Stops the execution with a divergence found elsewhere (a recorded value that
+    /// no longer decodes is reported as a codec error instead).
+    pub(crate) fn diverge(&mut self, index: u64, expected: String, found: String) -> Error {
         let e = Error::ReplayDivergence {
             index,
             expected,
@@ -278,36 +297,32 @@ impl Replay {
         }
     }
 
-    /// Decides a step call given whether it was just opened.
-    pub(crate) fn plan_step(&self, id: &str, opened: Opened) -> StepPlan {
-        let Some(s) = self.steps.get(id).filter(|_| opened == Opened::Replayed) else {
+    /// How a replayed step with no recorded result goes on.
+    pub(crate) fn plan_step(&self, id: &str) -> StepPlan {
+        let Some(s) = self.steps.get(id) else {
             return StepPlan::Run {
                 attempt: 1,
                 record: true,
             };
         };
-        if let Some(out) = &s.output {
-            return StepPlan::Done(Ok(out.clone()));
-        }
-        match &s.last_failure {
-            Some((attempt, error, retry_at)) if *attempt >= s.last_started => match retry_at {
-                None => StepPlan::Done(Err(Error::Step {
-                    step: id.to_owned(),
-                    message: error.clone(),
-                })),
-                Some(_) => {
-                    let timer_id = retry_timer_id(id, *attempt);
-                    if self.fired.contains_key(&timer_id) {
-                        StepPlan::Run {
-                            attempt: attempt + 1,
-                            record: true,
-                        }
-                    } else {
-                        StepPlan::WaitRetry { timer_id }
+        match s.last_failure {
+            Some((attempt, Some(fire_at))) if attempt >= s.last_started => {
+                let timer_id = retry_timer_id(id, attempt);
+                if self.settled.contains(&timer_id) {
+                    StepPlan::Run {
+                        attempt: attempt + 1,
+                        record: true,
+                    }
+                } else {
+                    StepPlan::WaitRetry {
+                        timer_id,
+                        attempt,
+                        fire_at,
                     }
                 }
-            },
-            // An attempt began and never ended (crash): run it again.
+            }
+            // An attempt began and never ended (crash, or its future was dropped
+            // after replay caught up): run it again.
             _ => StepPlan::Run {
                 attempt: s.last_started.max(1),
                 record: false,
@@ -315,50 +330,31 @@ impl Replay {
         }
     }
 
-    /// Whether a timer has fired; its due time if it was recorded.
-    pub(crate) fn timer(&self, id: &str) -> (bool, Option<u64>) {
-        (self.fired.contains_key(id), self.timers.get(id).copied())
+    /// The recorded due time of a timer, timed wait or retry backoff.
+    pub(crate) fn due(&self, id: &str) -> Option<u64> {
+        self.due.get(id).copied()
     }
 
-    /// The recorded deadline of a signal wait.
-    pub(crate) fn wait_deadline(&self, id: &str) -> Option<u64> {
-        self.waits.get(id).copied().flatten()
+    /// Notes the due time of a timer recorded during this execution.
+    pub(crate) fn note_due(&mut self, id: &str, at: u64) {
+        self.due.insert(id.to_owned(), at);
     }
 
-    /// Resolves a signal wait from log order: the k-th wait on a name (counting waits
-    /// that received or still wait, not those that timed out) gets the k-th signal of
-    /// that name, unless its deadline timer fired first.
-    pub(crate) fn plan_signal(&mut self, id: &str, name: &str) -> SignalPlan {
-        let slot = self.claims.get(name).copied().unwrap_or(0);
-        let candidate = self.signals.get(name).and_then(|v| v.get(slot)).cloned();
-        let timed_out_at = self.fired.get(id).copied();
-        match (candidate, timed_out_at) {
-            (Some((seq, payload)), t) if t.is_none_or(|t| seq < t) => {
-                self.claims.insert(name.to_owned(), slot + 1);
-                SignalPlan::Received(payload)
-            }
-            (_, Some(_)) => SignalPlan::TimedOut,
-            _ => {
-                self.claims.insert(name.to_owned(), slot + 1);
-                SignalPlan::Wait
-            }
-        }
+    /// Whether the log shows the timer fired or cancelled.
+    pub(crate) fn settled(&self, id: &str) -> bool {
+        self.settled.contains(id)
     }
 
-    /// A recorded value.
-    pub(crate) fn recorded(&self, id: &str) -> Option<Payload> {
-        self.recorded.get(id).cloned()
-    }
-
-    /// A child's recorded result.
-    pub(crate) fn child(&self, id: &str) -> Option<Result<Payload, Failure>> {
-        self.children.get(id).cloned()
+    /// Whether the log holds the child's result.
+    pub(crate) fn child_done(&self, id: &str) -> bool {
+        self.children_done.contains(id)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reel_storage::Payload;
 
     fn p(v: u32) -> Payload {
         Payload(rmp_serde::to_vec(&v).unwrap_or_default())
@@ -432,53 +428,30 @@ mod tests {
     }
 
     #[test]
-    fn timed_out_wait_consumes_no_signal() {
+    fn walk_requires_recorded_openings_to_be_called() {
         let log = Arc::new(vec![
             start(),
-            Event::SignalAwaited {
-                id: "signal#1".into(),
-                name: "x".into(),
-                deadline: Some(1),
+            Event::StepStarted {
+                id: "a".into(),
+                attempt: 1,
             },
-            Event::TimerFired {
-                id: "signal#1".into(),
-            },
-            Event::SignalReceived {
-                name: "x".into(),
-                signal_id: "s1".into(),
-                payload: p(7),
-            },
-            Event::SignalAwaited {
-                id: "signal#2".into(),
-                name: "x".into(),
-                deadline: None,
+            Event::StepStarted {
+                id: "b".into(),
+                attempt: 1,
             },
         ]);
         let mut r = Replay::new(&log);
-        assert_eq!(r.plan_signal("signal#1", "x"), SignalPlan::TimedOut);
-        assert_eq!(r.plan_signal("signal#2", "x"), SignalPlan::Received(p(7)));
-    }
-
-    #[test]
-    fn signal_before_deadline_wins() {
-        let log = Arc::new(vec![
-            start(),
-            Event::SignalReceived {
-                name: "x".into(),
-                signal_id: "s1".into(),
-                payload: p(7),
-            },
-            Event::SignalAwaited {
-                id: "signal#1".into(),
-                name: "x".into(),
-                deadline: Some(1),
-            },
-            Event::TimerFired {
-                id: "signal#1".into(),
-            },
-        ]);
-        let mut r = Replay::new(&log);
-        assert_eq!(r.plan_signal("signal#1", "x"), SignalPlan::Received(p(7)));
+        assert_eq!(r.open("a", Kind::Step), Ok(Opened::Replayed));
+        assert_eq!(r.walk_opening(String::new), Ok(()));
+        let e = r.walk_opening(|| "nothing else".into()).unwrap_err();
+        assert_eq!(
+            e,
+            Error::ReplayDivergence {
+                index: 2,
+                expected: "step `b`".into(),
+                found: "nothing else".into()
+            }
+        );
     }
 
     #[test]
@@ -498,9 +471,11 @@ mod tests {
         ];
         let r = Replay::new(&Arc::new(log.clone()));
         assert_eq!(
-            r.plan_step("a", Opened::Replayed),
+            r.plan_step("a"),
             StepPlan::WaitRetry {
-                timer_id: "a/retry1".into()
+                timer_id: "a/retry1".into(),
+                attempt: 1,
+                fire_at: 9
             }
         );
         log.push(Event::TimerFired {
@@ -508,7 +483,7 @@ mod tests {
         });
         let r = Replay::new(&Arc::new(log.clone()));
         assert_eq!(
-            r.plan_step("a", Opened::Replayed),
+            r.plan_step("a"),
             StepPlan::Run {
                 attempt: 2,
                 record: true
@@ -520,7 +495,7 @@ mod tests {
         });
         let r = Replay::new(&Arc::new(log.clone()));
         assert_eq!(
-            r.plan_step("a", Opened::Replayed),
+            r.plan_step("a"),
             StepPlan::Run {
                 attempt: 2,
                 record: false
@@ -533,12 +508,6 @@ mod tests {
             retry_at: None,
         });
         let r = Replay::new(&Arc::new(log));
-        assert_eq!(
-            r.plan_step("a", Opened::Replayed),
-            StepPlan::Done(Err(Error::Step {
-                step: "a".into(),
-                message: "again".into()
-            }))
-        );
+        assert!(r.steps.get("a").is_some_and(|s| s.done));
     }
 }

@@ -23,11 +23,13 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use reel_actors::Outcome;
 use reel_storage::Event;
 use serde::Serialize;
 
-use crate::ctx::{decode, encode, execute};
+use crate::ctx::{decode, encode};
+use crate::driver::execute;
 use crate::{Error, Result, Workflow};
 
 /// What replaying a history showed.
@@ -50,8 +52,12 @@ pub enum Replayed<O> {
 /// for an undecodable input or output, [`Error::Crashed`] if the handler panics.
 pub async fn replay<W: Workflow>(workflow: W, history: &[Event]) -> Result<Replayed<W::Output>> {
     let history = Arc::new(history.to_vec());
-    let (outcome, ctx) =
-        execute(Arc::new(workflow), Arc::from("replay"), history, None, None).await;
+    let (mut outcomes, ctx) = execute(Arc::new(workflow), Arc::from("replay"), history, None, None);
+    let Some(outcome) = outcomes.next().await else {
+        return Err(Error::Crashed(
+            "the execution ended without an outcome".into(),
+        ));
+    };
     match outcome {
         Outcome::Completed(p) => decode(&p).map(Replayed::Completed),
         Outcome::Failed(f) => Ok(Replayed::Failed(f.into())),

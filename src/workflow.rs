@@ -48,8 +48,11 @@ impl RetryPolicy {
             .multiplier
             .max(1.0)
             .powi(attempt.saturating_sub(1) as i32);
-        let wait = self.initial_backoff.as_secs_f64() * factor;
-        Duration::from_secs_f64(wait.min(self.max_backoff.as_secs_f64()).max(0.0))
+        let wait = (self.initial_backoff.as_secs_f64() * factor)
+            .min(self.max_backoff.as_secs_f64())
+            .max(0.0);
+        // Too long to represent (or NaN): the longest wait there is, never a panic.
+        Duration::try_from_secs_f64(wait).unwrap_or(self.max_backoff)
     }
 }
 

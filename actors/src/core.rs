@@ -21,7 +21,7 @@ use crate::engine::Registry;
 use crate::error::ActorError;
 use crate::run_actor::{Delivery, Resume, RunActor, RunArgs, StopRun};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
-use crate::timers::{AddTimers, TimerArgs, TimerService, now_ms};
+use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
 
 /// Tuning of a [`Core`].
 #[derive(Clone, Debug)]
@@ -580,6 +580,11 @@ impl Core {
 
     pub(crate) fn schedule_timers(&self, timers: Vec<TimerEntry>) {
         let _ = self.timers.tell(AddTimers(timers)).try_send();
+    }
+
+    /// Forgets timers removed from the index, so they never wake their run.
+    pub(crate) fn unschedule_timers(&self, timers: Vec<TimerEntry>) {
+        let _ = self.timers.tell(RemoveTimers(timers)).try_send();
     }
 
     pub(crate) fn fire_timer(&self, timer: TimerEntry) {

@@ -3,11 +3,13 @@
 //! `reel-actors` does not know workflow types: `reel` registers one [`Engine`] per
 //! workflow name and version, and the run actor hands it an [`Execution`] on every
 //! wake-up. The engine replays the handler against [`Execution::history`], appends
-//! what is new through [`Execution::journal`] and reports an [`Outcome`].
+//! what is new through [`Execution::journal`] and reports [`Outcome`]s: zero or more
+//! [`Outcome::Suspended`] while the execution stays alive (new events reach it
+//! through the journal), then one final outcome.
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use reel_storage::{Event, Failure, Payload};
 
 use crate::core::Services;
@@ -21,11 +23,16 @@ pub enum Outcome {
     /// The handler returned an error: the run fails with it.
     Failed(Failure),
     /// Every branch of the handler waits on something durable (timer, signal, child).
+    /// Not final: the execution stays alive and goes on when the journal reports new
+    /// durable events.
     Suspended {
         /// Human-readable description of the waits.
         waiting_on: String,
         /// Whether one of the waits is a child run.
         awaits_child: bool,
+        /// How many events of the log the execution had seen: a suspension older
+        /// than the log's current length is stale.
+        seen: u64,
     },
     /// The handler cannot go on with this code (replay divergence). Only metadata
     /// records this; the log is left as it was so fixed code can resume the run.
@@ -49,9 +56,10 @@ pub struct Execution {
 
 /// One registered workflow definition (one name and version), type-erased.
 pub trait Engine: Send + Sync + 'static {
-    /// Replays the handler from the top against `execution.history` and runs it until
-    /// it finishes or suspends.
-    fn execute(&self, execution: Execution) -> BoxFuture<'static, Outcome>;
+    /// Replays the handler from the top against `execution.history` and runs it:
+    /// the stream yields a suspension each time every branch waits, and ends after
+    /// the final outcome (completed, failed, parked or crashed).
+    fn execute(&self, execution: Execution) -> BoxStream<'static, Outcome>;
 }
 
 /// Finds the engine for a run's workflow name and version.

@@ -1,6 +1,10 @@
-//! A run's append handle: assigns sequence numbers and derives timer-index changes.
+//! A run's append handle: assigns sequence numbers, derives timer-index changes and
+//! tells the live execution when new events become durable.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
 
 use reel_storage::{Append, Event, RunMeta, StorageError, Store, Ticket, TimerEntry};
 
@@ -9,6 +13,11 @@ use crate::core::Core;
 /// Appends to one run's log. Cloned into the replay engine; the run actor holds the
 /// original. Sequence numbers are assigned synchronously at submit time, so the log
 /// order is the order of calls, whatever order the futures are later polled in.
+///
+/// The journal also feeds the live execution: it keeps how far the log is known to
+/// be durable, and wakes the execution's registered waker whenever that advances (a
+/// signal, timer or child result appended by the actor, or the execution's own
+/// step completion landing).
 #[derive(Clone)]
 pub struct Journal(Arc<Shared>);
 
@@ -23,6 +32,13 @@ struct State {
     next_seq: u64,
     history: Arc<Vec<Event>>,
     tail: Vec<Event>,
+    /// Every event below this sequence number is durable.
+    durable: u64,
+    /// The live execution, woken when `durable` advances.
+    waker: Option<Waker>,
+    /// Set when the run ends or its actor stops: the execution may not append any
+    /// more (a cancelled run never gets an event after `RunCancelled`).
+    closed: bool,
 }
 
 /// A timer entry for a timer-creating event, if it is one.
@@ -54,22 +70,56 @@ pub fn retry_timer_id(step_id: &str, failed_attempt: u32) -> String {
     format!("{step_id}/retry{failed_attempt}")
 }
 
-/// Timers created in `events` and not yet fired.
+/// Timers created in `events` that have neither fired nor been cancelled.
 pub(crate) fn pending_timers<'a>(
     run_id: &str,
     events: impl Iterator<Item = &'a Event> + Clone,
 ) -> Vec<TimerEntry> {
-    let fired: std::collections::HashSet<&str> = events
+    let settled: std::collections::HashSet<&str> = events
         .clone()
         .filter_map(|e| match e {
-            Event::TimerFired { id } => Some(id.as_str()),
+            Event::TimerFired { id } | Event::TimerCancelled { id } => Some(id.as_str()),
             _ => None,
         })
         .collect();
     events
         .filter_map(|e| timer_of(run_id, e))
-        .filter(|t| !fired.contains(t.timer_id.as_str()))
+        .filter(|t| !settled.contains(t.timer_id.as_str()))
         .collect()
+}
+
+/// The answer to an append made through a [`Journal`]: resolves when the write has
+/// landed (fsynced, for a durable one), and then advances the journal's durable
+/// mark so the live execution sees the new events.
+#[must_use = "a landing tells whether the write landed"]
+pub struct Landing {
+    ticket: Ticket,
+    /// Sequence number after the last event of the append, when it was durable.
+    durable_end: Option<u64>,
+    journal: Journal,
+}
+
+impl std::fmt::Debug for Landing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Landing")
+            .field("durable_end", &self.durable_end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Future for Landing {
+    type Output = Result<(), StorageError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let result = std::task::ready!(Pin::new(&mut this.ticket).poll(cx));
+        if result.is_ok()
+            && let Some(end) = this.durable_end.take()
+        {
+            this.journal.mark_durable(end);
+        }
+        Poll::Ready(result)
+    }
 }
 
 impl Journal {
@@ -79,16 +129,24 @@ impl Journal {
         core: Weak<Core>,
         history: Vec<Event>,
     ) -> Journal {
+        let len = history.len() as u64;
         Journal(Arc::new(Shared {
             run_id,
             store,
             core,
             state: Mutex::new(State {
-                next_seq: history.len() as u64,
+                next_seq: len,
                 history: Arc::new(history),
                 tail: Vec::new(),
+                durable: len,
+                waker: None,
+                closed: false,
             }),
         }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The run id.
@@ -96,11 +154,31 @@ impl Journal {
         &self.0.run_id
     }
 
-    /// Appends `events` to the log; a durable append is fsynced before the ticket
+    /// Appends `events` to the log; a durable append is fsynced before the landing
     /// resolves. Timers created by the events are added to the due-time index in the
-    /// same batch and handed to the timer service.
-    pub fn append(&self, events: Vec<Event>, durable: bool) -> Ticket {
+    /// same batch and handed to the timer service. Refused once the journal is
+    /// closed.
+    pub fn append(&self, events: Vec<Event>, durable: bool) -> Landing {
         self.append_with(events, None, Vec::new(), durable)
+    }
+
+    /// Appends `TimerCancelled` for a timer the handler dropped and removes it from
+    /// the due-time index in the same batch. Not fsynced: if it is lost, the timer
+    /// fires later and is ignored.
+    pub fn cancel_timer(&self, timer_id: &str, fire_at: u64) -> Landing {
+        let entry = TimerEntry {
+            fire_at,
+            run_id: self.0.run_id.to_string(),
+            timer_id: timer_id.to_owned(),
+        };
+        self.append_with(
+            vec![Event::TimerCancelled {
+                id: timer_id.to_owned(),
+            }],
+            None,
+            vec![entry],
+            false,
+        )
     }
 
     /// [`Journal::append`] with a metadata change and timer-index removals in the same
@@ -111,19 +189,48 @@ impl Journal {
         meta: Option<RunMeta>,
         remove_timers: Vec<TimerEntry>,
         durable: bool,
-    ) -> Ticket {
+    ) -> Landing {
+        self.submit(events, meta, remove_timers, durable, false)
+    }
+
+    /// The run's last append: accepted even after [`Journal::close`], which the
+    /// caller does first so that nothing the execution appends can follow it.
+    pub(crate) fn append_final(
+        &self,
+        events: Vec<Event>,
+        meta: RunMeta,
+        remove_timers: Vec<TimerEntry>,
+    ) -> Landing {
+        self.submit(events, Some(meta), remove_timers, true, true)
+    }
+
+    fn submit(
+        &self,
+        events: Vec<Event>,
+        meta: Option<RunMeta>,
+        remove_timers: Vec<TimerEntry>,
+        durable: bool,
+        is_final: bool,
+    ) -> Landing {
         let add_timers: Vec<TimerEntry> = events
             .iter()
             .filter_map(|e| timer_of(&self.0.run_id, e))
             .collect();
-        let ticket = {
-            let Ok(mut state) = self.0.state.lock() else {
-                return Ticket::ready(Err(StorageError::Closed));
-            };
+        let (ticket, durable_end) = {
+            let mut state = self.lock();
+            if state.closed && !is_final {
+                return Landing {
+                    ticket: Ticket::ready(Err(StorageError::Closed)),
+                    durable_end: None,
+                    journal: self.clone(),
+                };
+            }
             let expected_seq = (!events.is_empty()).then_some(state.next_seq);
             state.next_seq += events.len() as u64;
+            let end = state.next_seq;
             state.tail.extend(events.iter().cloned());
-            self.0.store.submit(Append {
+            let removed = remove_timers.clone();
+            let ticket = self.0.store.submit(Append {
                 run_id: self.0.run_id.to_string(),
                 expected_seq,
                 events,
@@ -131,22 +238,85 @@ impl Journal {
                 add_timers: add_timers.clone(),
                 remove_timers,
                 durable,
-            })
+            });
+            if let Some(core) = self.0.core.upgrade() {
+                if !add_timers.is_empty() {
+                    core.schedule_timers(add_timers);
+                }
+                if !removed.is_empty() {
+                    core.unschedule_timers(removed);
+                }
+            }
+            (ticket, durable.then_some(end))
         };
-        if !add_timers.is_empty()
-            && let Some(core) = self.0.core.upgrade()
-        {
-            core.schedule_timers(add_timers);
+        Landing {
+            ticket,
+            durable_end,
+            journal: self.clone(),
         }
-        ticket
+    }
+
+    fn mark_durable(&self, end: u64) {
+        let waker = {
+            let mut state = self.lock();
+            if end <= state.durable {
+                return;
+            }
+            state.durable = end;
+            state.waker.clone()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Stops the execution from appending: called before the run's last append and
+    /// before its actor stops.
+    pub(crate) fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.waker = None;
+    }
+
+    /// Whether [`Journal::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Registers the live execution's waker: it is woken whenever more of the log
+    /// becomes durable.
+    pub fn register_waker(&self, waker: &Waker) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        match &mut state.waker {
+            Some(w) if w.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+    }
+
+    /// `(length, durable)`: the number of events in the log (including appends in
+    /// flight) and how many of them are known to be durable.
+    pub fn marks(&self) -> (u64, u64) {
+        let state = self.lock();
+        (state.next_seq, state.durable)
+    }
+
+    /// The event at `seq`, if it has been appended.
+    pub fn event_at(&self, seq: u64) -> Option<Event> {
+        let state = self.lock();
+        let seq = usize::try_from(seq).ok()?;
+        match seq.checked_sub(state.history.len()) {
+            None => state.history.get(seq).cloned(),
+            Some(i) => state.tail.get(i).cloned(),
+        }
     }
 
     /// The recorded history with everything appended since folded in. Cheap when no
     /// execution holds the previous snapshot.
     pub(crate) fn snapshot(&self) -> Arc<Vec<Event>> {
-        let Ok(mut state) = self.0.state.lock() else {
-            return Arc::new(Vec::new());
-        };
+        let mut state = self.lock();
         if !state.tail.is_empty() {
             let tail = std::mem::take(&mut state.tail);
             Arc::make_mut(&mut state.history).extend(tail);
@@ -157,13 +327,13 @@ impl Journal {
     /// Runs `f` over every event (recorded history, then the queued tail) without
     /// copying them.
     pub(crate) fn with_events<R>(&self, f: impl FnOnce(&[Event], &[Event]) -> R) -> R {
-        let state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self.lock();
         f(&state.history, &state.tail)
     }
 
     /// Number of events in the log (recorded and queued).
     pub fn len(&self) -> u64 {
-        self.0.state.lock().map(|s| s.next_seq).unwrap_or(0)
+        self.lock().next_seq
     }
 
     /// Whether the log is empty.

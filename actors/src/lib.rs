@@ -32,6 +32,6 @@ mod timers;
 pub use crate::core::{Core, CoreOptions, Services, Started};
 pub use engine::{Engine, Execution, Outcome, Registry};
 pub use error::ActorError;
-pub use journal::{Journal, retry_timer_id};
+pub use journal::{Journal, Landing, retry_timer_id};
 pub use run_actor::panic_message;
 pub use timers::now_ms;

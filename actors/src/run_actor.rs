@@ -1,17 +1,19 @@
 //! One kameo actor per live run: the run's only writer.
 //!
-//! On every wake-up (start, timer, signal, child result, restart) the actor hands the
-//! run's log to the replay engine, which re-runs the handler from the top. The
-//! execution runs in its own task so the actor stays responsive: a signal that
-//! arrives mid-execution is appended at once and marks the run dirty, and the handler
-//! is replayed again as soon as the current execution suspends. A run that stays
-//! suspended for `passivate_after` is passivated: the actor stops and drops its
-//! decoded log; the next message activates a fresh one from disk.
+//! When the actor starts (start, recovery, activation of a passivated run, restart)
+//! it hands the run's log to the replay engine, which re-runs the handler from the
+//! top. The execution runs in its own task and stays alive while the run waits: a
+//! signal, timer or child result is appended by the actor and reaches the running
+//! execution through the journal, at the next point where the handler has done all
+//! it can (so a timer can win a race against a step that is still running). A run
+//! that stays suspended for `passivate_after` is passivated: the actor stops, the
+//! execution and the decoded log are dropped, and the next message activates a
+//! fresh actor from disk, which replays.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Weak};
 
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
 use kameo::error::ActorStopReason;
 use kameo::message::{Context, Message};
@@ -41,9 +43,10 @@ pub(crate) struct RunActor {
     engine: Result<Arc<dyn Engine>, Failure>,
     broken: Option<String>,
     exec: Option<AbortHandle>,
+    /// The live execution has reported that every branch waits.
+    suspended: bool,
     generation: u64,
     idle_generation: u64,
-    dirty: bool,
     retired: bool,
 }
 
@@ -73,7 +76,9 @@ pub(crate) enum Delivery {
 #[derive(Clone, Copy)]
 pub(crate) struct StopRun;
 
-struct ExecDone {
+/// An outcome reported by the execution task: a suspension (the execution stays
+/// alive) or its final outcome.
+struct ExecReport {
     generation: u64,
     outcome: Outcome,
 }
@@ -141,9 +146,9 @@ impl Actor for RunActor {
             engine,
             broken,
             exec: None,
+            suspended: false,
             generation: 0,
             idle_generation: 0,
-            dirty: false,
             retired: false,
         })
     }
@@ -165,10 +170,14 @@ impl Drop for RunActor {
 }
 
 impl RunActor {
+    /// Stops the execution. The journal is closed first, so nothing the execution
+    /// still does (it may be mid-poll on another thread) reaches the log.
     fn abort_execution(&mut self) {
+        self.journal.close();
         if let Some(exec) = self.exec.take() {
             exec.abort();
         }
+        self.suspended = false;
         self.generation += 1;
     }
 
@@ -185,16 +194,16 @@ impl RunActor {
         Ok(())
     }
 
-    /// Starts an execution, or marks the run dirty if one is under way.
+    /// Starts an execution unless one is alive (it sees new events by itself).
     async fn begin(&mut self, me: &ActorRef<Self>, force: bool) {
         if self.meta.state.is_finished()
             || self.broken.is_some()
+            || self.retired
             || (!force && matches!(self.meta.state, RunState::Parked { .. }))
         {
             return;
         }
         if self.exec.is_some() {
-            self.dirty = true;
             return;
         }
         let engine = match &self.engine {
@@ -207,7 +216,7 @@ impl RunActor {
         };
         self.generation += 1;
         self.idle_generation += 1;
-        self.dirty = false;
+        self.suspended = false;
         let generation = self.generation;
         let execution = Execution {
             run_id: self.run_id.clone(),
@@ -222,20 +231,27 @@ impl RunActor {
             version = self.meta.version,
             generation
         );
-        let future = engine.execute(execution);
+        let mut outcomes = engine.execute(execution);
         let me = me.clone();
+        // Aborted by the actor when it stops; ends by itself after the final outcome.
         let task = tokio::spawn(
             async move {
-                let outcome = AssertUnwindSafe(future)
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|p| Outcome::Crashed(panic_message(&*p)));
-                let _ = me
-                    .tell(ExecDone {
+                loop {
+                    let next = AssertUnwindSafe(outcomes.next()).catch_unwind().await;
+                    let (outcome, last) = match next {
+                        Ok(Some(o @ Outcome::Suspended { .. })) => (o, false),
+                        Ok(Some(o)) => (o, true),
+                        Ok(None) => return,
+                        Err(p) => (Outcome::Crashed(panic_message(&*p)), true),
+                    };
+                    let report = ExecReport {
                         generation,
                         outcome,
-                    })
-                    .await;
+                    };
+                    if me.tell(report).await.is_err() || last {
+                        return;
+                    }
+                }
             }
             .instrument(span),
         );
@@ -295,20 +311,22 @@ impl RunActor {
     }
 
     /// Appends the run's last events with its final state, clears its timers, tells
-    /// waiters and parents, and stops the actor.
+    /// waiters and parents, and stops the actor. The journal is closed first, so no
+    /// event of the execution can follow the last one.
     async fn finish(
         &mut self,
         events: Vec<Event>,
         state: RunState,
         ctx: &mut Context<Self, impl kameo::reply::Reply>,
     ) -> Result<(), ActorError> {
+        self.journal.close();
         let meta = self.meta_with(state);
         let run_id = self.run_id.clone();
         let timers = self
             .journal
             .with_events(|h, t| pending_timers(&run_id, h.iter().chain(t.iter())));
         self.journal
-            .append_with(events, Some(meta.clone()), timers, true)
+            .append_final(events, meta.clone(), timers)
             .await?;
         self.meta = meta;
         self.core.run_finished(&self.meta);
@@ -317,16 +335,17 @@ impl RunActor {
     }
 
     async fn retire(&mut self, ctx: &mut Context<Self, impl kameo::reply::Reply>) {
+        self.abort_execution();
         self.core.retire(&self.run_id, ctx.actor_ref()).await;
         self.retired = true;
         ctx.stop();
     }
 
-    /// With no execution under way, the actor only costs memory: passivate it after
-    /// the idle period (whatever woke it: a suspension, or a message that needed no
-    /// execution, such as a late timer of a finished run).
+    /// With no execution under way, or one that only waits, the actor only costs
+    /// memory: passivate it after the idle period (whatever woke it: a suspension, or
+    /// a message that needed no execution, such as a late timer of a finished run).
     fn settle(&mut self, me: &ActorRef<Self>) {
-        if self.exec.is_some() || self.retired {
+        if (self.exec.is_some() && !self.suspended) || self.retired {
             return;
         }
         self.idle_generation += 1;
@@ -434,9 +453,11 @@ impl RunActor {
                 .await?;
             }
             Delivery::Timer(entry) => {
-                let fired = self
-                    .has_event(|e| matches!(e, Event::TimerFired { id } if *id == entry.timer_id));
-                if finished || fired {
+                let settled = self.has_event(|e| {
+                    matches!(e, Event::TimerFired { id } | Event::TimerCancelled { id }
+                        if *id == entry.timer_id)
+                });
+                if finished || settled {
                     self.journal
                         .append_with(Vec::new(), None, vec![entry], false)
                         .await?;
@@ -498,20 +519,24 @@ impl RunActor {
                 return Ok(());
             }
         }
+        // A live execution sees the new event through the journal.
+        self.suspended = false;
         self.begin(&me, false).await;
         Ok(())
     }
 }
 
-impl Message<ExecDone> for RunActor {
+impl Message<ExecReport> for RunActor {
     type Reply = ();
 
-    async fn handle(&mut self, done: ExecDone, ctx: &mut Context<Self, ()>) {
+    async fn handle(&mut self, done: ExecReport, ctx: &mut Context<Self, ()>) {
         if done.generation != self.generation || self.retired {
             return;
         }
-        self.exec = None;
         let me = ctx.actor_ref().clone();
+        if !matches!(done.outcome, Outcome::Suspended { .. }) {
+            self.exec = None;
+        }
         let result = match done.outcome {
             Outcome::Completed(output) => {
                 self.finish(
@@ -534,11 +559,13 @@ impl Message<ExecDone> for RunActor {
             Outcome::Suspended {
                 waiting_on,
                 awaits_child,
+                seen,
             } => {
-                if self.dirty {
-                    self.begin(&me, false).await;
+                // Stale: an event appended since then is on its way to the execution.
+                if seen < self.journal.len() {
                     return;
                 }
+                self.suspended = true;
                 let state = RunState::Suspended {
                     waiting_on,
                     awaits_child,
@@ -583,7 +610,8 @@ impl Message<Passivate> for RunActor {
     type Reply = ();
 
     async fn handle(&mut self, Passivate(idle): Passivate, ctx: &mut Context<Self, ()>) {
-        if idle != self.idle_generation || self.exec.is_some() || self.dirty || self.retired {
+        let busy = self.exec.is_some() && !self.suspended;
+        if idle != self.idle_generation || busy || self.retired {
             return;
         }
         tracing::debug!(run_id = %self.run_id, "reel: passivating run");

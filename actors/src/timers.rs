@@ -1,12 +1,12 @@
 //! The timer service: one actor holding every pending timer in due-time order.
 //!
 //! It loads the due-time index on start (so timers that came due while the process
-//! was down fire at once), takes new timers from run journals, and wakes the owning
+//! was down fire at once), takes new timers from run journals, forgets the ones
+//! journals remove (cancelled timers, timers of finished runs), and wakes the owning
 //! run when a timer is due. Delivery is idempotent: the run appends `TimerFired` only
-//! for a timer it has not fired yet.
+//! for a timer it has neither fired nor cancelled.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeSet;
 use std::sync::Weak;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -26,6 +26,9 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The longest single sleep of the service (a day).
+const MAX_ARM_MS: u64 = 24 * 60 * 60 * 1000;
+
 pub(crate) struct TimerArgs {
     pub(crate) core: Weak<Core>,
     /// The due-time index as read by recovery (read once, used twice).
@@ -34,11 +37,13 @@ pub(crate) struct TimerArgs {
 
 pub(crate) struct TimerService {
     core: Weak<Core>,
-    heap: BinaryHeap<Reverse<TimerEntry>>,
+    /// Pending timers in due-time order (a set, so removal is cheap).
+    pending: BTreeSet<TimerEntry>,
     armed: Option<(u64, JoinHandle<()>)>,
 }
 
 pub(crate) struct AddTimers(pub(crate) Vec<TimerEntry>);
+pub(crate) struct RemoveTimers(pub(crate) Vec<TimerEntry>);
 struct Tick;
 
 impl Actor for TimerService {
@@ -49,7 +54,7 @@ impl Actor for TimerService {
         tracing::debug!(count = args.timers.len(), "reel: timer index loaded");
         let mut service = TimerService {
             core: args.core,
-            heap: args.timers.into_iter().map(Reverse).collect(),
+            pending: args.timers.into_iter().collect(),
             armed: None,
         };
         service.arm(&me);
@@ -70,7 +75,7 @@ impl Actor for TimerService {
 
 impl TimerService {
     fn arm(&mut self, me: &ActorRef<Self>) {
-        let Some(Reverse(next)) = self.heap.peek() else {
+        let Some(next) = self.pending.first() else {
             return;
         };
         let due = next.fire_at;
@@ -80,7 +85,8 @@ impl TimerService {
             }
             task.abort();
         }
-        let wait = Duration::from_millis(due.saturating_sub(now_ms()));
+        // Far-future timers are re-armed later rather than slept on for centuries.
+        let wait = Duration::from_millis(due.saturating_sub(now_ms()).min(MAX_ARM_MS));
         let me = me.clone();
         self.armed = Some((
             due,
@@ -96,8 +102,18 @@ impl Message<AddTimers> for TimerService {
     type Reply = ();
 
     async fn handle(&mut self, msg: AddTimers, ctx: &mut Context<Self, ()>) {
-        self.heap.extend(msg.0.into_iter().map(Reverse));
+        self.pending.extend(msg.0);
         self.arm(ctx.actor_ref());
+    }
+}
+
+impl Message<RemoveTimers> for TimerService {
+    type Reply = ();
+
+    async fn handle(&mut self, msg: RemoveTimers, _: &mut Context<Self, ()>) {
+        for t in &msg.0 {
+            self.pending.remove(t);
+        }
     }
 }
 
@@ -108,11 +124,8 @@ impl Message<Tick> for TimerService {
         self.armed = None;
         let now = now_ms();
         let mut due = Vec::new();
-        while let Some(Reverse(t)) = self.heap.peek() {
-            if t.fire_at > now {
-                break;
-            }
-            if let Some(Reverse(t)) = self.heap.pop() {
+        while self.pending.first().is_some_and(|t| t.fire_at <= now) {
+            if let Some(t) = self.pending.pop_first() {
                 due.push(t);
             }
         }

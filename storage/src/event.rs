@@ -153,6 +153,12 @@ pub enum Event {
         /// The timer id (for a retry backoff `step-id/retry<n>`, for a deadline the wait id).
         id: String,
     },
+    /// A pending timer (sleep or signal-wait deadline) was dropped by the handler
+    /// (it lost a race, or its wait was satisfied first): it will not wake the run.
+    TimerCancelled {
+        /// The timer id.
+        id: String,
+    },
     /// The handler waits for a signal of this name.
     SignalAwaited {
         /// Wait id.
@@ -230,6 +236,7 @@ impl Event {
             Event::StepFailed { .. } => "StepFailed",
             Event::TimerScheduled { .. } => "TimerScheduled",
             Event::TimerFired { .. } => "TimerFired",
+            Event::TimerCancelled { .. } => "TimerCancelled",
             Event::SignalAwaited { .. } => "SignalAwaited",
             Event::SignalReceived { .. } => "SignalReceived",
             Event::Recorded { .. } => "Recorded",

@@ -16,3 +16,66 @@ impl Counter {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// A one-way gate shared between a test and a step body through a `static`: closed
+/// until the test opens it, open for good afterwards.
+pub struct Gate(tokio::sync::Semaphore);
+
+impl Gate {
+    pub const fn new() -> Gate {
+        Gate(tokio::sync::Semaphore::const_new(0))
+    }
+
+    /// Opens the gate: a closed semaphore fails every pending and later `acquire`
+    /// at once, which is exactly "everyone passes from now on".
+    pub fn open(&self) {
+        self.0.close();
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.0.is_closed()
+    }
+
+    pub async fn wait(&self) {
+        let _ = self.0.acquire().await;
+    }
+}
+
+/// Awaits `fut` for at most `limit`: a hang becomes an error naming what was awaited.
+pub async fn within<F: std::future::Future>(
+    limit: std::time::Duration,
+    what: &str,
+    fut: F,
+) -> anyhow::Result<F::Output> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| anyhow::anyhow!("timed out after {limit:?} waiting for {what}"))
+}
+
+/// Reads the run's log until `done` holds for it, for at most `limit`.
+pub async fn until_log<W: reel::Workflow>(
+    run: &reel::RunHandle<W>,
+    limit: std::time::Duration,
+    what: &str,
+    done: impl Fn(&[reel::Event]) -> bool,
+) -> anyhow::Result<Vec<reel::Event>> {
+    within(limit, what, async {
+        loop {
+            let events = run.events().await?;
+            if done(&events) {
+                return anyhow::Ok(events);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await?
+}
+
+/// How many `SignalAwaited` on `name` the log holds: each is one wait the handler
+/// has reached, so the count tells a test how far a run has got.
+pub fn waits_on(events: &[reel::Event], name: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, reel::Event::SignalAwaited { name: n, .. } if n == name))
+        .count()
+}

@@ -1,0 +1,395 @@
+//! The driver: runs one execution of a handler and decides when each recorded
+//! result becomes visible to it.
+//!
+//! The rule (ARCHITECTURE.md, "Replay and concurrency"): results become visible one
+//! at a time, in log order, and only when the handler is *quiescent*, that is, it
+//! has been polled and nothing it waits on has been woken since. Live, a result is
+//! made visible once it is durable; on replay, the same results are made visible in
+//! the same order with the same quiescence in between, so the handler sees the same
+//! interleaving and makes the same calls, whatever combinator it uses (`join!`,
+//! `select!`, `select_all`, `FuturesUnordered`, nested). The log itself is the
+//! record of the order; no extra event is needed.
+//!
+//! The walk also checks calls: a primitive the log opened before the point the walk
+//! has reached must have been called by then (live, it was called before any later
+//! result became visible). Step bodies run only once the walk has passed the whole
+//! recorded history ("caught up"), so an attempt that was abandoned live is
+//! abandoned again before its body could start.
+//!
+//! The execution is a stream of outcomes: a suspension each time every branch waits
+//! on something only a new event resolves (it stays alive: the journal wakes it when
+//! the actor appends one), then one final outcome.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use futures::task::{ArcWake, AtomicWaker};
+use reel_actors::{Journal, Landing, Outcome, Services};
+use reel_storage::{Event, Failure};
+use serde::Serialize;
+
+use crate::ctx::{Ctx, decode, encode};
+use crate::replay::is_opening;
+use crate::slots::is_result;
+use crate::{Error, Result, Workflow};
+
+/// Deliveries and polls made in one poll of the stream before it yields to the
+/// runtime (a long replay must not hold a worker thread for its whole length).
+const BUDGET: u32 = 512;
+
+/// The waker the handler is polled with: records that something the handler waits
+/// on was woken, and wakes the execution's task.
+#[derive(Default)]
+struct TopWaker {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl ArcWake for TopWaker {
+    fn wake_by_ref(arc: &Arc<Self>) {
+        arc.woken.store(true, Ordering::Release);
+        arc.task.wake();
+    }
+}
+
+/// What the walk did.
+enum Walked {
+    /// A result reached a waiting slot: poll the handler before walking on.
+    Delivered,
+    /// Nothing more can be walked now.
+    Idle,
+    /// The log does not match the handler.
+    Diverged,
+}
+
+struct Driver<F> {
+    ctx: Ctx,
+    journal: Option<Journal>,
+    history: Arc<Vec<Event>>,
+    handler: Pin<Box<F>>,
+    top: Arc<TopWaker>,
+    landings: VecDeque<Landing>,
+    effects: FuturesUnordered<BoxFuture<'static, ()>>,
+    /// The next sequence number to walk.
+    walked: u64,
+    /// The walk position at which a suspension was last reported: the actor is told
+    /// again once the walk has moved (it marks the run running for every event).
+    reported: Option<u64>,
+    finished: bool,
+}
+
+impl<F, O> Driver<F>
+where
+    F: Future<Output = Result<O>>,
+    O: Serialize,
+{
+    /// `(length, durable)` of the log this execution sees.
+    fn marks(&self) -> (u64, u64) {
+        match &self.journal {
+            Some(j) => j.marks(),
+            None => (self.history.len() as u64, self.history.len() as u64),
+        }
+    }
+
+    fn event_at(&self, seq: u64) -> Option<Event> {
+        match &self.journal {
+            Some(j) => j.event_at(seq),
+            None => usize::try_from(seq)
+                .ok()
+                .and_then(|i| self.history.get(i).cloned()),
+        }
+    }
+
+    /// Takes the appends and the child starts the primitives queued.
+    fn collect_work(&mut self) {
+        let mut st = self.ctx.lock();
+        self.landings.extend(st.landings.drain(..));
+        if st.caught_up {
+            self.effects.extend(st.effects.drain(..));
+        }
+    }
+
+    /// Polls the appends in flight, in order; a failed one stops the execution.
+    fn poll_landings(&mut self, cx: &mut Context<'_>) -> Option<Outcome> {
+        while let Some(front) = self.landings.front_mut() {
+            match Pin::new(front).poll(cx) {
+                Poll::Pending => return None,
+                Poll::Ready(Ok(())) => {
+                    self.landings.pop_front();
+                }
+                Poll::Ready(Err(e)) => {
+                    let e = Error::from(e);
+                    return Some(Outcome::Crashed(format!("append failed: {e}")));
+                }
+            }
+        }
+        None
+    }
+
+    /// Walks the log until a result reaches a waiting slot, or nothing more can be
+    /// walked (the end of the log, or a result that is not durable yet).
+    fn walk(&mut self) -> Walked {
+        let history_len = self.history.len() as u64;
+        loop {
+            let (len, durable) = self.marks();
+            if self.walked >= len {
+                return Walked::Idle;
+            }
+            let Some(event) = self.event_at(self.walked) else {
+                return Walked::Idle;
+            };
+            if is_result(&event) && self.walked >= durable {
+                return Walked::Idle;
+            }
+            let seq = self.walked;
+            self.walked += 1;
+            let delivered = {
+                let mut st = self.ctx.lock();
+                if seq < history_len && is_opening(&event) {
+                    let waits = st.slots.describe_waits();
+                    let checked = st.replay.walk_opening(|| match waits {
+                        Some((what, _)) => format!("nothing new: it waits on {what}"),
+                        None => "nothing new".to_owned(),
+                    });
+                    if checked.is_err() {
+                        return Walked::Diverged;
+                    }
+                }
+                if let Event::TimerFired { id } = &event {
+                    st.settled.insert(id.clone());
+                }
+                st.slots.deliver(&event)
+            };
+            if let Some(wait) = &delivered.satisfied_wait {
+                let due = self.ctx.lock().replay.due(wait);
+                if let Some(due) = due {
+                    self.ctx.cancel_timer(wait, due);
+                }
+            }
+            for w in delivered.wakers {
+                w.wake();
+            }
+            if delivered.resolved {
+                return Walked::Delivered;
+            }
+        }
+    }
+
+    /// Marks replay as caught up once the whole history has been walked.
+    fn catch_up(&mut self) -> bool {
+        let history_len = self.history.len() as u64;
+        let wakers = {
+            let mut st = self.ctx.lock();
+            if st.caught_up || self.walked < history_len {
+                return false;
+            }
+            st.caught_up = true;
+            std::mem::take(&mut st.catch_up)
+        };
+        for w in wakers {
+            w.wake();
+        }
+        true
+    }
+
+    /// The final outcome if the execution must stop now.
+    fn stopped(&self) -> Option<Outcome> {
+        let st = self.ctx.lock();
+        if let Some(fatal) = &st.fatal {
+            return Some(Outcome::Crashed(fatal.clone()));
+        }
+        if let Some(e) = st.replay.diverged() {
+            return Some(Outcome::Parked(Failure::from(e)));
+        }
+        st.parked
+            .as_ref()
+            .map(|e| Outcome::Parked(Failure::from(e)))
+    }
+
+    fn returned(&self, result: Result<O>) -> Outcome {
+        if let Some(o) = self.stopped() {
+            return o;
+        }
+        let mut st = self.ctx.lock();
+        match (st.replay.finish(), result) {
+            (Err(e), _) => Outcome::Parked(Failure::from(&e)),
+            (Ok(()), Ok(output)) => match encode(&output) {
+                Ok(p) => Outcome::Completed(p),
+                Err(e) => Outcome::Failed(Failure::from(&e)),
+            },
+            (Ok(()), Err(e)) => Outcome::Failed(Failure::from(&e)),
+        }
+    }
+
+    /// The suspension to report if the execution can only wait now.
+    fn suspension(&self) -> Option<Outcome> {
+        let (len, _) = self.marks();
+        let st = self.ctx.lock();
+        let idle = st.caught_up
+            && self.walked >= len
+            && self.landings.is_empty()
+            && self.effects.is_empty()
+            && st.bodies == 0;
+        if !idle {
+            return None;
+        }
+        let (waiting_on, awaits_child) = match st.slots.describe_waits() {
+            Some(w) => w,
+            // Replay-only: the end of the history is as far as it goes.
+            None if self.journal.is_none() => ("the end of the history".to_owned(), false),
+            // Pending on something reel does not know (a foreign future): it wakes
+            // the handler itself.
+            None => return None,
+        };
+        Some(Outcome::Suspended {
+            waiting_on,
+            awaits_child,
+            seen: self.walked,
+        })
+    }
+
+    fn finish(&mut self, outcome: Outcome) -> Poll<Option<Outcome>> {
+        self.finished = true;
+        self.ctx.lock().closing = true;
+        Poll::Ready(Some(outcome))
+    }
+}
+
+impl<F> Drop for Driver<F> {
+    /// The handler is dropped after this: its pending waits are torn down, not
+    /// abandoned by the handler, so they cancel nothing.
+    fn drop(&mut self) {
+        self.ctx.lock().closing = true;
+    }
+}
+
+impl<F, O> Stream for Driver<F>
+where
+    F: Future<Output = Result<O>>,
+    O: Serialize,
+{
+    type Item = Outcome;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
+        // SAFETY-free: every field is Unpin (the handler is boxed).
+        let this = self.get_mut();
+        if this.finished {
+            return Poll::Ready(None);
+        }
+        this.top.task.register(cx.waker());
+        if let Some(j) = &this.journal {
+            j.register_waker(cx.waker());
+        }
+        let top = futures::task::waker(this.top.clone());
+        for _ in 0..BUDGET {
+            this.collect_work();
+            if let Some(o) = this.poll_landings(cx) {
+                return this.finish(o);
+            }
+            while let Poll::Ready(Some(())) = this.effects.poll_next_unpin(cx) {}
+            this.top.woken.store(false, Ordering::Release);
+            let polled = this.handler.as_mut().poll(&mut Context::from_waker(&top));
+            this.collect_work();
+            if let Poll::Ready(result) = polled {
+                let o = this.returned(result);
+                return this.finish(o);
+            }
+            if let Some(o) = this.stopped() {
+                return this.finish(o);
+            }
+            if this.top.woken.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            // Quiescent: the handler has done all it can with what it has seen.
+            match this.walk() {
+                Walked::Delivered => {
+                    this.reported = None;
+                    continue;
+                }
+                Walked::Diverged => {
+                    let o = this
+                        .stopped()
+                        .unwrap_or(Outcome::Crashed("diverged".into()));
+                    return this.finish(o);
+                }
+                Walked::Idle => {}
+            }
+            if this.catch_up() {
+                this.reported = None;
+                continue;
+            }
+            if !this.landings.is_empty() {
+                // A landing may have completed since it was polled.
+                if let Some(o) = this.poll_landings(cx) {
+                    return this.finish(o);
+                }
+                if this.landings.is_empty() {
+                    continue;
+                }
+            }
+            if this.reported != Some(this.walked)
+                && let Some(s) = this.suspension()
+            {
+                this.reported = Some(this.walked);
+                return Poll::Ready(Some(s));
+            }
+            return Poll::Pending;
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// Runs one execution of `workflow` against `history`; shared by the live engine and
+/// `reel::testing`. Returns the stream of outcomes and the execution's `Ctx`.
+pub(crate) fn execute<W: Workflow>(
+    workflow: Arc<W>,
+    run_id: Arc<str>,
+    history: Arc<Vec<Event>>,
+    journal: Option<Journal>,
+    services: Option<Services>,
+) -> (Pin<Box<dyn Stream<Item = Outcome> + Send>>, Ctx) {
+    let ctx = Ctx::new(
+        run_id,
+        &history,
+        journal.clone(),
+        services,
+        workflow.retry_policy(),
+    );
+    let input = match history.first() {
+        Some(Event::RunStarted { input, .. }) => decode::<W::Input>(input)
+            .map_err(|e| Error::Codec(format!("the run's input no longer decodes: {e}"))),
+        _ => Err(Error::Codec(
+            "the log does not begin with RunStarted".into(),
+        )),
+    };
+    let input = match input {
+        Ok(i) => i,
+        // Parked, not failed: code that decodes the input again resumes the run.
+        Err(e) => {
+            let parked = Outcome::Parked(Failure::from(&e));
+            return (Box::pin(futures::stream::once(async move { parked })), ctx);
+        }
+    };
+    let handler_ctx = ctx.clone();
+    let handler = Box::pin(async move { workflow.run(handler_ctx, input).await });
+    let driver = Driver {
+        ctx: ctx.clone(),
+        journal,
+        history,
+        handler,
+        top: Arc::new(TopWaker::default()),
+        landings: VecDeque::new(),
+        effects: FuturesUnordered::new(),
+        walked: 1,
+        reported: None,
+        finished: false,
+    };
+    (Box::pin(driver), ctx)
+}

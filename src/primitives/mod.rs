@@ -1,0 +1,20 @@
+//! The durable primitives, one file each. Each adds its methods to [`crate::Ctx`]
+//! and goes through what they share in [`crate::ctx`]: an id and a match against
+//! the log when called, a slot for its result, a future that waits for that slot.
+//!
+//! - `step`: [`Ctx::step`](crate::Ctx::step), [`Ctx::step_with`](crate::Ctx::step_with):
+//!   a body with side effects, retried after durable backoff timers.
+//! - `timer`: [`Ctx::sleep`](crate::Ctx::sleep), [`Ctx::sleep_until`](crate::Ctx::sleep_until).
+//! - `signal`: [`Ctx::wait_for_signal`](crate::Ctx::wait_for_signal) and its timed
+//!   form, [`Ctx::approval`](crate::Ctx::approval).
+//! - `recorded`: [`Ctx::now`](crate::Ctx::now), [`Ctx::uuid`](crate::Ctx::uuid),
+//!   [`Ctx::random_u64`](crate::Ctx::random_u64).
+//! - `child`: [`Ctx::child`](crate::Ctx::child).
+
+mod child;
+mod recorded;
+mod signal;
+mod step;
+mod timer;
+
+pub(crate) use signal::approval_signal;

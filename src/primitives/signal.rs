@@ -1,0 +1,139 @@
+//! Signal waits: `ctx.wait_for_signal`, its timed form, and `ctx.approval`.
+//!
+//! `SignalAwaited` is recorded when the wait is called. Signals are recorded when
+//! they arrive (`SignalReceived`) and routed by name when the driver walks them: to
+//! the oldest wait on that name still pending, else into a buffer the next wait
+//! takes from (see [`crate::slots`]). A timed wait's deadline is a timer with the
+//! wait's id: whichever of the signal and the deadline the log shows first decides
+//! the wait, once; the other is then ignored (the deadline timer is cancelled).
+
+use std::future::Future;
+use std::time::Duration;
+
+use reel_actors::now_ms;
+use reel_storage::Event;
+use serde::de::DeserializeOwned;
+
+use crate::ctx::{decode, millis};
+use crate::replay::{Kind, Opened};
+use crate::slots::{Key, Resolution, WaitInfo};
+use crate::{Approval, Ctx, Error, Result};
+
+/// How a signal wait reads in `RunStatus::Suspended { waiting_on }`.
+fn describe_wait(prefix: &str, name: &str) -> String {
+    match name.strip_prefix("approval:") {
+        Some(approval) if prefix == "approval" => format!("approval `{approval}`"),
+        _ => format!("signal `{name}`"),
+    }
+}
+
+/// The signal name an approval travels under.
+pub(crate) fn approval_signal(name: &str) -> String {
+    format!("approval:{name}")
+}
+
+impl Ctx {
+    /// Waits for the next signal of this name. Signals are buffered in the log: one
+    /// sent before the wait is kept, and the k-th wait on a name receives the k-th
+    /// signal of that name (waits that were dropped or timed out take none).
+    ///
+    /// # Errors
+    /// [`Error::Codec`] when the payload does not decode into `T` (the signal is
+    /// consumed), [`Error::ReplayDivergence`], [`Error::Storage`].
+    pub fn wait_for_signal<T: DeserializeOwned + Send + 'static>(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<T>> + Send + use<T> {
+        let wait = self.signal_wait::<T>("signal", name.to_owned(), None);
+        async move {
+            wait.await?
+                .ok_or_else(|| Error::Failed("signal wait without deadline timed out".into()))
+        }
+    }
+
+    /// [`Ctx::wait_for_signal`] with a durable deadline: `Ok(None)` when it passes
+    /// first. A timed-out wait consumes no signal. Which came first is decided by
+    /// the order in the log, so replay always agrees.
+    ///
+    /// # Errors
+    /// As [`Ctx::wait_for_signal`].
+    pub fn wait_for_signal_timeout<T: DeserializeOwned + Send + 'static>(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Option<T>>> + Send + use<T> {
+        self.signal_wait::<T>("signal", name.to_owned(), Some(timeout))
+    }
+
+    /// Waits for a named human decision, sent with
+    /// [`RunHandle::approve`](crate::RunHandle::approve).
+    ///
+    /// # Errors
+    /// As [`Ctx::wait_for_signal`].
+    pub fn approval(&self, name: &str) -> impl Future<Output = Result<Approval>> + Send + use<> {
+        let wait = self.signal_wait::<Approval>("approval", approval_signal(name), None);
+        async move {
+            wait.await?
+                .ok_or_else(|| Error::Failed("approval wait timed out".into()))
+        }
+    }
+
+    fn signal_wait<T: DeserializeOwned + Send + 'static>(
+        &self,
+        prefix: &'static str,
+        name: String,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<T>>> + Send + use<T> {
+        let (id, opened, deadline) = {
+            let mut st = self.lock();
+            let id = st.replay.positional(prefix);
+            let opened = st.replay.open(&id, Kind::Signal { name: name.clone() });
+            let mut deadline = match opened {
+                Ok(Opened::Replayed) => st.replay.due(&id),
+                _ => timeout.map(|t| now_ms().saturating_add(millis(t))),
+            };
+            if opened.is_ok() {
+                let until = deadline
+                    .map(|d| format!(" (deadline {d} ms)"))
+                    .unwrap_or_default();
+                let info = WaitInfo {
+                    what: format!("{}{until}", describe_wait(prefix, &name)),
+                    child: false,
+                };
+                // A wait that takes a buffered signal at once needs no deadline.
+                if st.slots.register_wait(&id, &name, info) {
+                    deadline = None;
+                }
+                if let (Ok(Opened::New), Some(d)) = (&opened, deadline) {
+                    st.replay.note_due(&id, d);
+                }
+            }
+            (id, opened, deadline)
+        };
+        if opened == Ok(Opened::New) {
+            self.record(
+                vec![Event::SignalAwaited {
+                    id: id.clone(),
+                    name: name.clone(),
+                    deadline,
+                }],
+                true,
+            );
+        }
+        let wait = self.slot(Key::Wait(id.clone()), deadline.map(|d| (id.clone(), d)));
+        let ctx = self.clone();
+        async move {
+            let opened = opened?;
+            if opened == Opened::New && !ctx.live() && !wait.is_ready() {
+                return ctx.frontier(describe_wait(prefix, &name)).await;
+            }
+            match wait.await {
+                Resolution::Signal(p) => decode(&p).map(Some),
+                Resolution::TimedOut => Ok(None),
+                other => Err(Error::Codec(format!(
+                    "signal wait `{id}` received {other:?}"
+                ))),
+            }
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Steps: a body with side effects, run at least once and never again once its
+//! result is recorded.
+//!
+//! A step is opened when it is called (`StepStarted`, attempt 1). Its body runs only
+//! once replay has caught up with the recorded log: a step whose attempt was
+//! abandoned live (its future dropped when it lost a race) is dropped again at the
+//! same point of the replay, before its body could start. The body's result is
+//! recorded (`StepCompleted`, fsynced, or `StepFailed`) and reaches the handler when
+//! the driver walks that event, like any recorded result.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
+use reel_actors::{now_ms, panic_message, retry_timer_id};
+use reel_storage::Event;
+use serde::{Serialize, de::DeserializeOwned};
+use tracing::Instrument;
+
+use crate::ctx::{SlotWait, StepCtx, encode, idempotency_key, millis};
+use crate::replay::{Kind, Opened, StepPlan};
+use crate::slots::{Key, Resolution, WaitInfo};
+use crate::{Ctx, Error, Result, RetryPolicy};
+
+/// How one attempt of the body ended.
+enum Attempt {
+    /// The value, encoded for the log.
+    Value(reel_storage::Payload),
+    /// The error text; `final_` when it must not be retried.
+    Error { message: String, final_: bool },
+}
+
+impl Ctx {
+    /// Runs a step with the workflow's retry policy. The body runs at least once and
+    /// never again once its result is recorded (fsynced before this returns). A
+    /// failing or panicking body is retried after durable backoff timers; when the
+    /// attempts are exhausted the failure is recorded and returned as
+    /// [`Error::Step`] (also on every replay).
+    ///
+    /// Ids: the step's name; the k-th call with a name already used gets `name#k`.
+    ///
+    /// # Errors
+    /// [`Error::Step`], [`Error::Codec`] when the output does not (de)serialize,
+    /// [`Error::ReplayDivergence`], [`Error::Storage`].
+    pub fn step<T, E, F, Fut>(
+        &self,
+        name: &str,
+        body: F,
+    ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: Display + Send,
+        F: FnMut(StepCtx) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<T, E>> + Send,
+    {
+        self.step_inner(name, None, body)
+    }
+
+    /// [`Ctx::step`] with its own retry policy.
+    ///
+    /// # Errors
+    /// As [`Ctx::step`].
+    pub fn step_with<T, E, F, Fut>(
+        &self,
+        name: &str,
+        policy: RetryPolicy,
+        body: F,
+    ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: Display + Send,
+        F: FnMut(StepCtx) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<T, E>> + Send,
+    {
+        self.step_inner(name, Some(policy), body)
+    }
+
+    fn step_inner<T, E, F, Fut>(
+        &self,
+        name: &str,
+        policy: Option<RetryPolicy>,
+        mut body: F,
+    ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: Display + Send,
+        F: FnMut(StepCtx) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<T, E>> + Send,
+    {
+        let (id, opened) = {
+            let mut st = self.lock();
+            let id = st.replay.step_id(name);
+            let opened = st.replay.open(&id, Kind::Step);
+            if opened.is_ok() {
+                st.slots.register(Key::Step(id.clone()), None);
+            }
+            (id, opened)
+        };
+        if opened == Ok(Opened::New) {
+            // Not fsynced: the completion that follows is ordered after it.
+            self.record(
+                vec![Event::StepStarted {
+                    id: id.clone(),
+                    attempt: 1,
+                }],
+                false,
+            );
+        }
+        let mut slot = self.slot(Key::Step(id.clone()), None);
+        let ctx = self.clone();
+        async move {
+            let opened = opened?;
+            if let Some(r) = slot.result_or_caught_up().await {
+                return ctx.step_result(&id, r);
+            }
+            if !ctx.live() {
+                return ctx.frontier(format!("step `{id}`")).await;
+            }
+            let plan = match opened {
+                Opened::New => StepPlan::Run {
+                    attempt: 1,
+                    record: false,
+                },
+                Opened::Replayed => ctx.lock().replay.plan_step(&id),
+            };
+            let (mut attempt, mut record) = match plan {
+                StepPlan::Run { attempt, record } => (attempt, record),
+                StepPlan::WaitRetry {
+                    timer_id,
+                    attempt,
+                    fire_at,
+                } => {
+                    ctx.wait_retry(&id, timer_id, fire_at).await;
+                    (attempt + 1, true)
+                }
+            };
+            let policy = policy.unwrap_or_else(|| ctx.inner.policy.clone());
+            loop {
+                if record {
+                    ctx.record(
+                        vec![Event::StepStarted {
+                            id: id.clone(),
+                            attempt,
+                        }],
+                        false,
+                    );
+                }
+                let (message, final_) = match ctx.run_body(&id, attempt, &mut body).await {
+                    Attempt::Value(output) => {
+                        ctx.record(
+                            vec![Event::StepCompleted {
+                                id: id.clone(),
+                                output,
+                            }],
+                            true,
+                        );
+                        break;
+                    }
+                    Attempt::Error { message, final_ } => (message, final_),
+                };
+                let retry_at = (!final_ && attempt < policy.max_attempts)
+                    .then(|| now_ms().saturating_add(millis(policy.backoff(attempt))));
+                tracing::warn!(step = %id, attempt, error = %message, retry_at, "reel: step attempt failed");
+                ctx.record(
+                    vec![Event::StepFailed {
+                        id: id.clone(),
+                        attempt,
+                        error: message,
+                        retry_at,
+                    }],
+                    true,
+                );
+                let Some(fire_at) = retry_at else { break };
+                ctx.wait_retry(&id, retry_timer_id(&id, attempt), fire_at)
+                    .await;
+                attempt += 1;
+                record = true;
+            }
+            // The recorded result reaches the handler when the driver walks it.
+            let r = slot.await;
+            ctx.step_result(&id, r)
+        }
+    }
+
+    /// Runs one attempt of the body. Both the closure call and its future may
+    /// panic: either is a failed attempt.
+    async fn run_body<T, E, F, Fut>(&self, id: &str, attempt: u32, body: &mut F) -> Attempt
+    where
+        T: Serialize,
+        E: Display,
+        F: FnMut(StepCtx) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+    {
+        let _running = self.body_running();
+        let step_ctx = StepCtx {
+            attempt,
+            key: idempotency_key(&self.inner.run_id, id),
+        };
+        let span =
+            tracing::info_span!("reel.step", run_id = %self.inner.run_id, step = %id, attempt);
+        let ran = match std::panic::catch_unwind(AssertUnwindSafe(|| body(step_ctx))) {
+            Ok(fut) => AssertUnwindSafe(fut).catch_unwind().instrument(span).await,
+            Err(panic) => Err(panic),
+        };
+        match ran {
+            Ok(Ok(value)) => match encode(&value) {
+                Ok(output) => Attempt::Value(output),
+                // Recorded as a final failure, so the body does not run again on
+                // every replay.
+                Err(e) => Attempt::Error {
+                    message: e.to_string(),
+                    final_: true,
+                },
+            },
+            Ok(Err(e)) => Attempt::Error {
+                message: e.to_string(),
+                final_: false,
+            },
+            Err(panic) => Attempt::Error {
+                message: format!("panicked: {}", panic_message(&*panic)),
+                final_: false,
+            },
+        }
+    }
+
+    /// Waits for a step's backoff timer; dropping the wait cancels the timer.
+    async fn wait_retry(&self, id: &str, timer_id: String, fire_at: u64) {
+        let key = Key::Timer(timer_id.clone());
+        {
+            let mut st = self.lock();
+            st.replay.note_due(&timer_id, fire_at);
+            st.slots.register(
+                key.clone(),
+                Some(WaitInfo {
+                    what: format!("retry of step `{id}`"),
+                    child: false,
+                }),
+            );
+        }
+        let wait: SlotWait = self.slot(key, Some((timer_id, fire_at)));
+        wait.await;
+    }
+
+    fn step_result<T: DeserializeOwned>(&self, id: &str, r: Resolution) -> Result<T> {
+        match r {
+            Resolution::Step(Ok(p)) => self.decode_recorded(&format!("output of step `{id}`"), &p),
+            Resolution::Step(Err(message)) => Err(Error::Step {
+                step: id.to_owned(),
+                message,
+            }),
+            other => Err(Error::Codec(format!(
+                "step `{id}` received {other:?} instead of its result"
+            ))),
+        }
+    }
+}

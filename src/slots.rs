@@ -1,0 +1,398 @@
+//! Visibility: where each recorded result goes when it becomes visible to the
+//! handler. Synchronous and side-effect free (it hands back the wakers to wake).
+//!
+//! Every primitive the handler calls gets a slot, registered when it is called. The
+//! driver walks the log in order and hands each result event to [`Slots::deliver`],
+//! one at a time, only when the handler has done all it can with what it has seen.
+//! A result for a slot that is gone (its future was dropped: it lost a race) is
+//! ignored, so a race decided once stays decided.
+//!
+//! Signals are routed by name: a signal that becomes visible goes to the oldest wait
+//! on its name that is still pending, else into the buffer, where the next wait on
+//! that name takes it when it is called. A wait that is dropped takes nothing with
+//! it: a signal it had claimed but not returned goes back to the front of the line.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::task::Waker;
+
+use reel_storage::{Event, Failure, Payload};
+
+/// What a slot belongs to. Kinds are kept apart so that a step named `timer#1` can
+/// never receive a timer's event.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Key {
+    Step(String),
+    Timer(String),
+    Wait(String),
+    Value(String),
+    Child(String),
+}
+
+/// A result as the handler receives it.
+#[derive(Debug)]
+pub(crate) enum Resolution {
+    /// A step's output, or the error text of its last attempt.
+    Step(Result<Payload, String>),
+    Fired,
+    Signal(Payload),
+    TimedOut,
+    Value(Payload),
+    Child(Result<Payload, Failure>),
+}
+
+enum State {
+    Pending(Option<Waker>),
+    Ready(Resolution),
+    Taken,
+}
+
+/// A durable wait, described for `RunStatus::Suspended { waiting_on }`.
+pub(crate) struct WaitInfo {
+    pub(crate) what: String,
+    pub(crate) child: bool,
+}
+
+struct Slot {
+    order: u64,
+    state: State,
+    wait: Option<WaitInfo>,
+    /// For signal waits: the name, and whether the deadline timer is still armed.
+    signal: Option<String>,
+}
+
+/// What one delivery did.
+#[derive(Default)]
+pub(crate) struct Delivered {
+    /// A pending slot received its result: the handler must be polled before the
+    /// next event is walked.
+    pub(crate) resolved: bool,
+    pub(crate) wakers: Vec<Waker>,
+    /// A timed wait received its signal: its deadline timer can be cancelled.
+    pub(crate) satisfied_wait: Option<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct Slots {
+    slots: HashMap<Key, Slot>,
+    next_order: u64,
+    /// Pending waits by signal name, in call order (stale ids are skipped).
+    waits: HashMap<String, VecDeque<String>>,
+    /// Visible signals no wait has taken yet, by name, oldest first.
+    buffer: HashMap<String, VecDeque<Payload>>,
+}
+
+impl Slots {
+    /// Registers a primitive when it is called.
+    pub(crate) fn register(&mut self, key: Key, wait: Option<WaitInfo>) {
+        let order = self.next_order;
+        self.next_order += 1;
+        self.slots.insert(
+            key,
+            Slot {
+                order,
+                state: State::Pending(None),
+                wait,
+                signal: None,
+            },
+        );
+    }
+
+    /// Registers a signal wait; it takes the oldest buffered signal of its name at
+    /// once if there is one. Returns whether it did.
+    pub(crate) fn register_wait(&mut self, id: &str, name: &str, info: WaitInfo) -> bool {
+        let key = Key::Wait(id.to_owned());
+        self.register(key.clone(), Some(info));
+        if let Some(slot) = self.slots.get_mut(&key) {
+            slot.signal = Some(name.to_owned());
+        }
+        match self.buffer.get_mut(name).and_then(VecDeque::pop_front) {
+            Some(payload) => {
+                if let Some(slot) = self.slots.get_mut(&key) {
+                    slot.state = State::Ready(Resolution::Signal(payload));
+                }
+                true
+            }
+            None => {
+                self.waits
+                    .entry(name.to_owned())
+                    .or_default()
+                    .push_back(id.to_owned());
+                false
+            }
+        }
+    }
+
+    /// Takes the slot's result if it is visible, else remembers `waker`.
+    pub(crate) fn poll(&mut self, key: &Key, waker: &Waker) -> Option<Resolution> {
+        let slot = self.slots.get_mut(key)?;
+        match &mut slot.state {
+            State::Ready(_) => match std::mem::replace(&mut slot.state, State::Taken) {
+                State::Ready(r) => Some(r),
+                _ => None,
+            },
+            State::Pending(w) => {
+                if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    *w = Some(waker.clone());
+                }
+                None
+            }
+            State::Taken => None,
+        }
+    }
+
+    /// Whether the slot's result is visible and not yet taken.
+    pub(crate) fn is_ready(&self, key: &Key) -> bool {
+        self.slots
+            .get(key)
+            .is_some_and(|s| matches!(s.state, State::Ready(_)))
+    }
+
+    /// The primitive's future was dropped (or finished). A signal it claimed and
+    /// never returned goes back to the front of the line: to the oldest pending wait
+    /// on that name, else to the front of the buffer.
+    pub(crate) fn remove(&mut self, key: &Key) -> Delivered {
+        let mut out = Delivered::default();
+        let Some(slot) = self.slots.remove(key) else {
+            return out;
+        };
+        if let (Some(name), State::Ready(Resolution::Signal(payload))) = (slot.signal, slot.state) {
+            match self.next_waiting(&name) {
+                Some(id) => {
+                    self.resolve(&Key::Wait(id), Resolution::Signal(payload), &mut out);
+                }
+                None => self.buffer.entry(name).or_default().push_front(payload),
+            }
+        }
+        out
+    }
+
+    /// The oldest wait on `name` that is still pending, taken off the line.
+    fn next_waiting(&mut self, name: &str) -> Option<String> {
+        let slots = &self.slots;
+        let line = self.waits.get_mut(name)?;
+        while let Some(id) = line.pop_front() {
+            let key = Key::Wait(id);
+            if slots
+                .get(&key)
+                .is_some_and(|s| matches!(s.state, State::Pending(_)))
+            {
+                let Key::Wait(id) = key else { return None };
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    fn resolve(&mut self, key: &Key, r: Resolution, out: &mut Delivered) -> bool {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return false;
+        };
+        let State::Pending(waker) = &mut slot.state else {
+            return false;
+        };
+        if let Some(w) = waker.take() {
+            out.wakers.push(w);
+        }
+        slot.state = State::Ready(r);
+        out.resolved = true;
+        true
+    }
+
+    /// Makes one logged event visible to the handler.
+    pub(crate) fn deliver(&mut self, event: &Event) -> Delivered {
+        let mut out = Delivered::default();
+        match event {
+            Event::StepCompleted { id, output } => {
+                self.resolve(
+                    &Key::Step(id.clone()),
+                    Resolution::Step(Ok(output.clone())),
+                    &mut out,
+                );
+            }
+            Event::StepFailed {
+                id,
+                error,
+                retry_at: None,
+                ..
+            } => {
+                self.resolve(
+                    &Key::Step(id.clone()),
+                    Resolution::Step(Err(error.clone())),
+                    &mut out,
+                );
+            }
+            Event::TimerFired { id } => {
+                let timer = self.resolve(&Key::Timer(id.clone()), Resolution::Fired, &mut out);
+                if !timer {
+                    // A timed wait's deadline.
+                    self.resolve(&Key::Wait(id.clone()), Resolution::TimedOut, &mut out);
+                }
+            }
+            Event::SignalReceived { name, payload, .. } => match self.next_waiting(name) {
+                Some(id) => {
+                    self.resolve(
+                        &Key::Wait(id.clone()),
+                        Resolution::Signal(payload.clone()),
+                        &mut out,
+                    );
+                    out.satisfied_wait = Some(id);
+                }
+                None => self
+                    .buffer
+                    .entry(name.clone())
+                    .or_default()
+                    .push_back(payload.clone()),
+            },
+            Event::Recorded { id, value, .. } => {
+                self.resolve(
+                    &Key::Value(id.clone()),
+                    Resolution::Value(value.clone()),
+                    &mut out,
+                );
+            }
+            Event::ChildCompleted { id, result } => {
+                self.resolve(
+                    &Key::Child(id.clone()),
+                    Resolution::Child(result.clone()),
+                    &mut out,
+                );
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// The durable waits still pending, in call order: `(description, awaits a
+    /// child)`, or `None` when there is none.
+    pub(crate) fn describe_waits(&self) -> Option<(String, bool)> {
+        let pending: BTreeMap<u64, &WaitInfo> = self
+            .slots
+            .values()
+            .filter(|s| matches!(s.state, State::Pending(_)))
+            .filter_map(|s| s.wait.as_ref().map(|w| (s.order, w)))
+            .collect();
+        if pending.is_empty() {
+            return None;
+        }
+        let mut whats: Vec<&str> = pending.values().map(|w| w.what.as_str()).collect();
+        whats.dedup();
+        let child = pending.values().any(|w| w.child);
+        Some((whats.join(", "), child))
+    }
+}
+
+/// Whether an event is a result that the walk hands to the handler (and must
+/// therefore be durable before it is walked).
+pub(crate) fn is_result(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::StepCompleted { .. }
+            | Event::StepFailed { .. }
+            | Event::TimerFired { .. }
+            | Event::SignalReceived { .. }
+            | Event::Recorded { .. }
+            | Event::ChildCompleted { .. }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(v: u32) -> Payload {
+        Payload(rmp_serde::to_vec(&v).unwrap_or_default())
+    }
+
+    fn info() -> WaitInfo {
+        WaitInfo {
+            what: "w".into(),
+            child: false,
+        }
+    }
+
+    fn signal(v: u32) -> Event {
+        Event::SignalReceived {
+            name: "x".into(),
+            signal_id: format!("s{v}"),
+            payload: p(v),
+        }
+    }
+
+    fn noop() -> Waker {
+        futures::task::noop_waker()
+    }
+
+    fn take(slots: &mut Slots, id: &str) -> Option<Resolution> {
+        slots.poll(&Key::Wait(id.into()), &noop())
+    }
+
+    #[test]
+    fn buffered_signal_goes_to_the_next_wait() {
+        let mut s = Slots::default();
+        s.deliver(&signal(1));
+        assert!(s.register_wait("signal#1", "x", info()));
+        assert!(matches!(take(&mut s, "signal#1"), Some(Resolution::Signal(v)) if v == p(1)));
+    }
+
+    #[test]
+    fn timed_out_wait_takes_nothing() {
+        let mut s = Slots::default();
+        assert!(!s.register_wait("signal#1", "x", info()));
+        s.deliver(&Event::TimerFired {
+            id: "signal#1".into(),
+        });
+        assert!(matches!(
+            take(&mut s, "signal#1"),
+            Some(Resolution::TimedOut)
+        ));
+        assert!(!s.register_wait("signal#2", "x", info()));
+        let d = s.deliver(&signal(7));
+        assert_eq!(d.satisfied_wait.as_deref(), Some("signal#2"));
+        assert!(matches!(take(&mut s, "signal#2"), Some(Resolution::Signal(v)) if v == p(7)));
+    }
+
+    #[test]
+    fn dropped_wait_gives_its_signal_back() {
+        let mut s = Slots::default();
+        s.deliver(&signal(1));
+        s.deliver(&signal(2));
+        assert!(s.register_wait("signal#1", "x", info()));
+        s.remove(&Key::Wait("signal#1".into()));
+        assert!(s.register_wait("signal#2", "x", info()));
+        assert!(matches!(take(&mut s, "signal#2"), Some(Resolution::Signal(v)) if v == p(1)));
+    }
+
+    #[test]
+    fn dropped_pending_wait_is_skipped() {
+        let mut s = Slots::default();
+        assert!(!s.register_wait("signal#1", "x", info()));
+        assert!(!s.register_wait("signal#2", "x", info()));
+        s.remove(&Key::Wait("signal#1".into()));
+        s.deliver(&signal(3));
+        assert!(matches!(take(&mut s, "signal#2"), Some(Resolution::Signal(v)) if v == p(3)));
+    }
+
+    #[test]
+    fn a_decided_slot_stays_decided() {
+        let mut s = Slots::default();
+        s.register(Key::Timer("timer#1".into()), Some(info()));
+        s.deliver(&Event::TimerFired {
+            id: "timer#1".into(),
+        });
+        let late = s.deliver(&Event::TimerFired {
+            id: "timer#1".into(),
+        });
+        assert!(!late.resolved);
+        assert!(matches!(
+            s.poll(&Key::Timer("timer#1".into()), &noop()),
+            Some(Resolution::Fired)
+        ));
+        s.remove(&Key::Timer("timer#1".into()));
+        assert!(
+            !s.deliver(&Event::TimerFired {
+                id: "timer#1".into()
+            })
+            .resolved
+        );
+    }
+}

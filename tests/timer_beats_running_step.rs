@@ -1,0 +1,173 @@
+//! A wake-up that resolves a wait preempts a step body that is still running: (a) a
+//! 50 ms timer wins a `select` against a step whose body blocks until the test lets
+//! it go, and (b) a signal sent while such a body runs wins a `select` against it.
+//! The losing body is dropped and never completes (no `StepCompleted`), and a full
+//! replay of the final log agrees.
+//!
+//! Why it fails without the fix: the timer's or the signal's wake-up is only acted on
+//! by replaying the handler once the current execution suspends, and an execution
+//! with a step body in flight never suspends. The run stays `Running` inside the
+//! step until the body returns, so the `select` can only ever be won by the step:
+//! here the body is held until the run's result is known, and the test reports the
+//! hang as a timeout (and would see the step win once the body is let go).
+
+mod common;
+
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{Gate, within};
+use futures::future::{Either, select};
+use reel::testing::{self, Replayed};
+use reel::{Ctx, Event, Host, RunHandle, Workflow};
+
+const LIMIT: Duration = Duration::from_secs(3);
+
+static TIMER_BODY_STARTED: Gate = Gate::new();
+static TIMER_BODY_RELEASE: Gate = Gate::new();
+static TIMER_BODY_FINISHED: AtomicBool = AtomicBool::new(false);
+
+/// (a) A blocked step raced against a short timer.
+struct TimerVsStep;
+
+impl Workflow for TimerVsStep {
+    const NAME: &'static str = "timer-vs-step";
+    type Input = ();
+    type Output = String;
+
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<String> {
+        let slow = ctx.step("slow", |_| async {
+            TIMER_BODY_STARTED.open();
+            TIMER_BODY_RELEASE.wait().await;
+            TIMER_BODY_FINISHED.store(true, Ordering::SeqCst);
+            Ok::<_, String>("done".to_owned())
+        });
+        let timer = ctx.sleep(Duration::from_millis(50));
+        match select(pin!(slow), pin!(timer)).await {
+            Either::Left((v, _)) => Ok(format!("step:{}", v?)),
+            Either::Right((slept, _)) => {
+                slept?;
+                Ok("timeout".to_owned())
+            }
+        }
+    }
+}
+
+static SIGNAL_BODY_STARTED: Gate = Gate::new();
+static SIGNAL_BODY_RELEASE: Gate = Gate::new();
+static SIGNAL_BODY_FINISHED: AtomicBool = AtomicBool::new(false);
+
+/// (b) A blocked step raced against a signal.
+struct SignalVsStep;
+
+impl Workflow for SignalVsStep {
+    const NAME: &'static str = "signal-vs-step";
+    type Input = ();
+    type Output = String;
+
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<String> {
+        let slow = ctx.step("slow", |_| async {
+            SIGNAL_BODY_STARTED.open();
+            SIGNAL_BODY_RELEASE.wait().await;
+            SIGNAL_BODY_FINISHED.store(true, Ordering::SeqCst);
+            Ok::<_, String>("done".to_owned())
+        });
+        let stop = ctx.wait_for_signal::<String>("stop");
+        match select(pin!(slow), pin!(stop)).await {
+            Either::Left((v, _)) => Ok(format!("step:{}", v?)),
+            Either::Right((v, _)) => Ok(format!("signal:{}", v?)),
+        }
+    }
+}
+
+/// Lets the held body go, gives it a moment, and checks it did not finish: its
+/// future was dropped when the race was decided.
+async fn assert_body_abandoned<W: Workflow>(
+    run: &RunHandle<W>,
+    release: &Gate,
+    finished: &AtomicBool,
+) -> anyhow::Result<()> {
+    release.open();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the losing step body went on after the race was decided"
+    );
+    let events = run.events().await?;
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::StepCompleted { id, .. } if id == "slow")),
+        "the losing step was recorded as completed: {events:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timer_wins_against_a_running_step() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = Host::builder()
+        .path(dir.path())
+        .register(TimerVsStep)
+        .build()
+        .await?;
+    let run = host.start::<TimerVsStep>("timer-race", ()).await?;
+
+    let out = within(
+        LIMIT,
+        "the timer to win against the running step",
+        run.result(),
+    )
+    .await;
+    // Whatever happened, a held body must not outlive the test.
+    TIMER_BODY_RELEASE.open();
+    let out = out??;
+    assert!(
+        TIMER_BODY_STARTED.is_open(),
+        "the step body was running when the timer fired"
+    );
+    assert_eq!(out, "timeout");
+
+    assert_body_abandoned(&run, &TIMER_BODY_RELEASE, &TIMER_BODY_FINISHED).await?;
+    let events = run.events().await?;
+    assert_eq!(
+        testing::replay(TimerVsStep, &events).await?,
+        Replayed::Completed("timeout".to_owned()),
+        "full replay of the final log"
+    );
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_wins_against_a_running_step() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = Host::builder()
+        .path(dir.path())
+        .register(SignalVsStep)
+        .build()
+        .await?;
+    let run = host.start::<SignalVsStep>("signal-race", ()).await?;
+    within(LIMIT, "the step body to start", SIGNAL_BODY_STARTED.wait()).await?;
+    run.signal("stop", "now", "stop-1").await?;
+
+    let out = within(
+        LIMIT,
+        "the signal to win against the running step",
+        run.result(),
+    )
+    .await;
+    SIGNAL_BODY_RELEASE.open();
+    assert_eq!(out??, "signal:now");
+
+    assert_body_abandoned(&run, &SIGNAL_BODY_RELEASE, &SIGNAL_BODY_FINISHED).await?;
+    let events = run.events().await?;
+    assert_eq!(
+        testing::replay(SignalVsStep, &events).await?,
+        Replayed::Completed("signal:now".to_owned()),
+        "full replay of the final log"
+    );
+    host.shutdown().await?;
+    Ok(())
+}
