@@ -23,7 +23,16 @@ use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Tick
 use crate::{Event, RunMeta, StorageError, TimerEntry};
 
 /// The on-disk format this build writes and reads.
-pub const FORMAT_VERSION: &str = "reel-log/1";
+///
+/// `reel-log/2` added `TimerCancelled` and the rule that recorded results become
+/// visible to the handler one at a time, in log order.
+pub const FORMAT_VERSION: &str = "reel-log/2";
+
+/// Older formats this build opens, upgrading the marker: their records decode the
+/// same way. Runs recorded by `reel-log/1` replay under the new visibility rule; a
+/// concurrent handler whose old log does not match it is parked with a replay
+/// divergence (never misread), and sequential handlers resume as they were.
+const UPGRADABLE_FORMATS: [&str; 1] = ["reel-log/1"];
 
 const MAX_BATCH: usize = 8192;
 /// Runs whose next sequence number is cached; a miss costs one reverse key lookup.
@@ -191,6 +200,15 @@ impl FjallStore {
         let format = ks("reel")?;
         match format.get("format")? {
             Some(found) if *found == *FORMAT_VERSION.as_bytes() => {}
+            Some(found) if UPGRADABLE_FORMATS.iter().any(|f| *found == *f.as_bytes()) => {
+                tracing::info!(
+                    from = %String::from_utf8_lossy(&found),
+                    to = FORMAT_VERSION,
+                    "reel: upgrading the store's format marker"
+                );
+                format.insert("format", FORMAT_VERSION)?;
+                db.persist(PersistMode::SyncAll)?;
+            }
             Some(found) => {
                 return Err(StorageError::IncompatibleFormat {
                     found: String::from_utf8_lossy(&found).into_owned(),

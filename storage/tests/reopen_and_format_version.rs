@@ -76,6 +76,15 @@ fn tamper_format(dir: &Path, value: Option<&str>) {
     db.persist(PersistMode::SyncAll).expect("persist");
 }
 
+fn tamper_check(dir: &Path, expected: &str) {
+    let db = Database::builder(dir).open().expect("raw open");
+    let reel = db
+        .keyspace("reel", KeyspaceCreateOptions::default)
+        .expect("reel keyspace");
+    let found = reel.get("format").expect("get").expect("a marker");
+    assert_eq!(&*found, expected.as_bytes());
+}
+
 #[tokio::test]
 async fn reopen_after_drop_or_close_keeps_data() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -136,6 +145,23 @@ async fn other_format_version_is_refused_and_left_intact() {
     tamper_format(dir.path(), Some(FORMAT_VERSION));
     let store = FjallStore::open(dir.path()).expect("open with the right format");
     assert_run(&store, "r");
+}
+
+#[tokio::test]
+async fn previous_format_is_upgraded_and_its_runs_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FjallStore::open(dir.path()).expect("open");
+    write_run(&store, "r", true).await;
+    store.close();
+    drop(store);
+
+    tamper_format(dir.path(), Some("reel-log/1"));
+    let store = FjallStore::open(dir.path()).expect("a reel-log/1 store opens");
+    assert_run(&store, "r");
+    store.close();
+    drop(store);
+    // The marker now says reel-log/2: a second open needs no upgrade.
+    tamper_check(dir.path(), FORMAT_VERSION);
 }
 
 #[tokio::test]
