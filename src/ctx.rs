@@ -284,11 +284,6 @@ impl SlotWait {
             Poll::Pending
         })
     }
-
-    /// Whether the result is visible without waiting.
-    pub(crate) fn is_ready(&self) -> bool {
-        self.ctx.lock().slots.is_ready(&self.key)
-    }
 }
 
 impl Future for SlotWait {

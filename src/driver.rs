@@ -133,9 +133,16 @@ where
     }
 
     /// Walks the log until a result reaches a waiting slot, or nothing more can be
-    /// walked (the end of the log, or a result that is not durable yet).
+    /// walked (the end of the log, or a result that is not durable yet). A buffered
+    /// signal for a wait called since it arrived goes first: it became visible
+    /// earlier than anything still to be walked.
     fn walk(&mut self) -> Walked {
         let history_len = self.history.len() as u64;
+        let fed = self.ctx.lock().slots.feed_buffered();
+        if fed.resolved {
+            self.settle_delivery(fed);
+            return Walked::Delivered;
+        }
         loop {
             let (len, durable) = self.marks();
             if self.walked >= len {
@@ -166,18 +173,24 @@ where
                 }
                 st.slots.deliver(&event)
             };
-            if let Some(wait) = &delivered.satisfied_wait {
-                let due = self.ctx.lock().replay.due(wait);
-                if let Some(due) = due {
-                    self.ctx.cancel_timer(wait, due);
-                }
-            }
-            for w in delivered.wakers {
-                w.wake();
-            }
             if delivered.resolved {
+                self.settle_delivery(delivered);
                 return Walked::Delivered;
             }
+        }
+    }
+
+    /// Cancels the deadline of a timed wait that received its signal, and wakes
+    /// the futures that received results.
+    fn settle_delivery(&self, delivered: crate::slots::Delivered) {
+        if let Some(wait) = &delivered.satisfied_wait {
+            let due = self.ctx.lock().replay.due(wait);
+            if let Some(due) = due {
+                self.ctx.cancel_timer(wait, due);
+            }
+        }
+        for w in delivered.wakers {
+            w.wake();
         }
     }
 

@@ -8,9 +8,12 @@
 //! ignored, so a race decided once stays decided.
 //!
 //! Signals are routed by name: a signal that becomes visible goes to the oldest wait
-//! on its name that is still pending, else into the buffer, where the next wait on
-//! that name takes it when it is called. A wait that is dropped takes nothing with
-//! it: a signal it had claimed but not returned goes back to the front of the line.
+//! on its name that is still pending, else into the buffer. Buffered signals are
+//! handed to waits called later by [`Slots::feed_buffered`], one wait at a time like
+//! any other result, so two waits whose signals were both buffered never become
+//! ready in the same poll (a random `select!` could otherwise pick either). A wait
+//! that is dropped takes nothing with it: a signal it had received but not returned
+//! goes back to the front of the line.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::task::Waker;
@@ -97,29 +100,58 @@ impl Slots {
         );
     }
 
-    /// Registers a signal wait; it takes the oldest buffered signal of its name at
-    /// once if there is one. Returns whether it did.
-    pub(crate) fn register_wait(&mut self, id: &str, name: &str, info: WaitInfo) -> bool {
+    /// Registers a signal wait. A buffered signal reaches it through
+    /// [`Slots::feed_buffered`].
+    pub(crate) fn register_wait(&mut self, id: &str, name: &str, info: WaitInfo) {
         let key = Key::Wait(id.to_owned());
         self.register(key.clone(), Some(info));
         if let Some(slot) = self.slots.get_mut(&key) {
             slot.signal = Some(name.to_owned());
         }
-        match self.buffer.get_mut(name).and_then(VecDeque::pop_front) {
-            Some(payload) => {
-                if let Some(slot) = self.slots.get_mut(&key) {
-                    slot.state = State::Ready(Resolution::Signal(payload));
-                }
-                true
+        self.waits
+            .entry(name.to_owned())
+            .or_default()
+            .push_back(id.to_owned());
+    }
+
+    /// Hands one buffered signal to the earliest-called pending wait on its name,
+    /// if there is such a pair. One per call: the driver polls the handler in
+    /// between, as for any result.
+    pub(crate) fn feed_buffered(&mut self) -> Delivered {
+        let mut out = Delivered::default();
+        let mut best: Option<(u64, String, String)> = None;
+        for (name, queued) in &self.buffer {
+            if queued.is_empty() {
+                continue;
             }
-            None => {
-                self.waits
-                    .entry(name.to_owned())
-                    .or_default()
-                    .push_back(id.to_owned());
-                false
+            let Some(line) = self.waits.get(name) else {
+                continue;
+            };
+            let first = line.iter().find_map(|id| {
+                let slot = self.slots.get(&Key::Wait(id.clone()))?;
+                matches!(slot.state, State::Pending(_)).then(|| (slot.order, id.clone()))
+            });
+            if let Some((order, id)) = first
+                && best.as_ref().is_none_or(|(o, _, _)| order < *o)
+            {
+                best = Some((order, name.clone(), id));
             }
         }
+        let Some((_, name, id)) = best else {
+            return out;
+        };
+        if let Some(line) = self.waits.get_mut(&name) {
+            line.retain(|w| *w != id);
+        }
+        if let Some(payload) = self.buffer.get_mut(&name).and_then(VecDeque::pop_front) {
+            self.resolve(
+                &Key::Wait(id.clone()),
+                Resolution::Signal(payload),
+                &mut out,
+            );
+            out.satisfied_wait = Some(id);
+        }
+        out
     }
 
     /// Takes the slot's result if it is visible, else remembers `waker`.
@@ -138,13 +170,6 @@ impl Slots {
             }
             State::Taken => None,
         }
-    }
-
-    /// Whether the slot's result is visible and not yet taken.
-    pub(crate) fn is_ready(&self, key: &Key) -> bool {
-        self.slots
-            .get(key)
-            .is_some_and(|s| matches!(s.state, State::Ready(_)))
     }
 
     /// The primitive's future was dropped (or finished). A signal it claimed and
@@ -330,14 +355,37 @@ mod tests {
     fn buffered_signal_goes_to_the_next_wait() {
         let mut s = Slots::default();
         s.deliver(&signal(1));
-        assert!(s.register_wait("signal#1", "x", info()));
+        s.register_wait("signal#1", "x", info());
+        assert!(take(&mut s, "signal#1").is_none(), "only through the feed");
+        assert!(s.feed_buffered().resolved);
         assert!(matches!(take(&mut s, "signal#1"), Some(Resolution::Signal(v)) if v == p(1)));
+    }
+
+    #[test]
+    fn buffered_signals_are_fed_one_wait_at_a_time_in_call_order() {
+        let mut s = Slots::default();
+        s.deliver(&Event::SignalReceived {
+            name: "y".into(),
+            signal_id: "y1".into(),
+            payload: p(2),
+        });
+        s.deliver(&signal(1));
+        s.register_wait("signal#1", "x", info());
+        s.register_wait("signal#2", "y", info());
+        let first = s.feed_buffered();
+        assert_eq!(first.satisfied_wait.as_deref(), Some("signal#1"));
+        assert!(take(&mut s, "signal#2").is_none());
+        assert_eq!(
+            s.feed_buffered().satisfied_wait.as_deref(),
+            Some("signal#2")
+        );
+        assert!(!s.feed_buffered().resolved);
     }
 
     #[test]
     fn timed_out_wait_takes_nothing() {
         let mut s = Slots::default();
-        assert!(!s.register_wait("signal#1", "x", info()));
+        s.register_wait("signal#1", "x", info());
         s.deliver(&Event::TimerFired {
             id: "signal#1".into(),
         });
@@ -345,7 +393,7 @@ mod tests {
             take(&mut s, "signal#1"),
             Some(Resolution::TimedOut)
         ));
-        assert!(!s.register_wait("signal#2", "x", info()));
+        s.register_wait("signal#2", "x", info());
         let d = s.deliver(&signal(7));
         assert_eq!(d.satisfied_wait.as_deref(), Some("signal#2"));
         assert!(matches!(take(&mut s, "signal#2"), Some(Resolution::Signal(v)) if v == p(7)));
@@ -356,17 +404,19 @@ mod tests {
         let mut s = Slots::default();
         s.deliver(&signal(1));
         s.deliver(&signal(2));
-        assert!(s.register_wait("signal#1", "x", info()));
+        s.register_wait("signal#1", "x", info());
+        s.feed_buffered();
         s.remove(&Key::Wait("signal#1".into()));
-        assert!(s.register_wait("signal#2", "x", info()));
+        s.register_wait("signal#2", "x", info());
+        s.feed_buffered();
         assert!(matches!(take(&mut s, "signal#2"), Some(Resolution::Signal(v)) if v == p(1)));
     }
 
     #[test]
     fn dropped_pending_wait_is_skipped() {
         let mut s = Slots::default();
-        assert!(!s.register_wait("signal#1", "x", info()));
-        assert!(!s.register_wait("signal#2", "x", info()));
+        s.register_wait("signal#1", "x", info());
+        s.register_wait("signal#2", "x", info());
         s.remove(&Key::Wait("signal#1".into()));
         s.deliver(&signal(3));
         assert!(matches!(take(&mut s, "signal#2"), Some(Resolution::Signal(v)) if v == p(3)));

@@ -88,7 +88,7 @@ impl Ctx {
             let mut st = self.lock();
             let id = st.replay.positional(prefix);
             let opened = st.replay.open(&id, Kind::Signal { name: name.clone() });
-            let mut deadline = match opened {
+            let deadline = match opened {
                 Ok(Opened::Replayed) => st.replay.due(&id),
                 _ => timeout.map(|t| now_ms().saturating_add(millis(t))),
             };
@@ -100,10 +100,7 @@ impl Ctx {
                     what: format!("{}{until}", describe_wait(prefix, &name)),
                     child: false,
                 };
-                // A wait that takes a buffered signal at once needs no deadline.
-                if st.slots.register_wait(&id, &name, info) {
-                    deadline = None;
-                }
+                st.slots.register_wait(&id, &name, info);
                 if let (Ok(Opened::New), Some(d)) = (&opened, deadline) {
                     st.replay.note_due(&id, d);
                 }
@@ -124,7 +121,7 @@ impl Ctx {
         let ctx = self.clone();
         async move {
             let opened = opened?;
-            if opened == Opened::New && !ctx.live() && !wait.is_ready() {
+            if opened == Opened::New && !ctx.live() {
                 return ctx.frontier(describe_wait(prefix, &name)).await;
             }
             match wait.await {
