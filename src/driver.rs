@@ -27,8 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
-use futures::future::BoxFuture;
-use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use futures::stream::Stream;
 use futures::task::{ArcWake, AtomicWaker};
 use reel_actors::{Journal, Landing, Outcome, Services};
 use reel_storage::{Event, Failure};
@@ -75,7 +74,6 @@ struct Driver<F> {
     handler: Pin<Box<F>>,
     top: Arc<TopWaker>,
     landings: VecDeque<Landing>,
-    effects: FuturesUnordered<BoxFuture<'static, ()>>,
     /// The next sequence number to walk.
     walked: u64,
     /// The walk position at which a suspension was last reported: the actor is told
@@ -106,12 +104,23 @@ where
         }
     }
 
-    /// Takes the appends and the child starts the primitives queued.
+    /// Takes the appends the primitives queued, and starts the child runs they
+    /// queued once replay has caught up. A child start is a task of its own: it
+    /// must finish even if this execution ends first (the parent's branch lost a
+    /// race, or the parent returned). On shutdown the start is refused and the
+    /// task ends; the child is recorded and recovery starts it.
     fn collect_work(&mut self) {
-        let mut st = self.ctx.lock();
-        self.landings.extend(st.landings.drain(..));
-        if st.caught_up {
-            self.effects.extend(st.effects.drain(..));
+        let effects = {
+            let mut st = self.ctx.lock();
+            self.landings.extend(st.landings.drain(..));
+            if st.caught_up {
+                std::mem::take(&mut st.effects)
+            } else {
+                Vec::new()
+            }
+        };
+        for effect in effects {
+            tokio::spawn(effect);
         }
     }
 
@@ -138,6 +147,12 @@ where
     /// earlier than anything still to be walked.
     fn walk(&mut self) -> Walked {
         let history_len = self.history.len() as u64;
+        if self.journal.is_none() && self.ctx.lock().replay.past_history() {
+            // Replay-only: the handler made a call the history does not hold. Live,
+            // that call would be recorded before anything still to be walked became
+            // visible, so nothing more is handed out: the replay stops here.
+            return Walked::Idle;
+        }
         let fed = self.ctx.lock().slots.feed_buffered();
         if fed.resolved {
             self.settle_delivery(fed);
@@ -247,7 +262,6 @@ where
         let idle = st.caught_up
             && self.walked >= len
             && self.landings.is_empty()
-            && self.effects.is_empty()
             && st.bodies == 0;
         if !idle {
             return None;
@@ -305,7 +319,6 @@ where
             if let Some(o) = this.poll_landings(cx) {
                 return this.finish(o);
             }
-            while let Poll::Ready(Some(())) = this.effects.poll_next_unpin(cx) {}
             this.top.woken.store(false, Ordering::Release);
             let polled = this.handler.as_mut().poll(&mut Context::from_waker(&top));
             this.collect_work();
@@ -399,7 +412,6 @@ pub(crate) fn execute<W: Workflow>(
         handler,
         top: Arc::new(TopWaker::default()),
         landings: VecDeque::new(),
-        effects: FuturesUnordered::new(),
         walked: 1,
         reported: None,
         finished: false,

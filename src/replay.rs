@@ -270,6 +270,12 @@ impl Replay {
         Err(self.diverge(seq, expected, waiting()))
     }
 
+    /// Whether the handler has called more primitives than the log holds: it is
+    /// past the recorded history.
+    pub(crate) fn past_history(&self) -> bool {
+        self.cursor > self.opens.len()
+    }
+
     /// Stops the execution with a divergence found elsewhere (a recorded value that
     /// no longer decodes is reported as a codec error instead).
     pub(crate) fn diverge(&mut self, index: u64, expected: String, found: String) -> Error {

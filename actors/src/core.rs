@@ -338,8 +338,19 @@ impl Core {
             Err(e) => return Err(e.into()),
         }
         // The new actor gets the run as just written instead of reading it back.
-        self.deliver_with(run_id, Resume, Some((meta_copy, vec![started_copy])))
-            .await?;
+        // In a task of its own: a caller that stops waiting (a timeout, a parent's
+        // branch dropped) must not leave a created run without an actor.
+        let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
+        let id = run_id.to_owned();
+        tokio::spawn(async move {
+            core.deliver_with(&id, Resume, Some((meta_copy, vec![started_copy])))
+                .await
+        })
+        .await
+        .map_err(|e| ActorError::Unavailable {
+            run_id: run_id.to_owned(),
+            reason: e.to_string(),
+        })??;
         Ok(Started::Created)
     }
 
