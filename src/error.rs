@@ -72,6 +72,25 @@ pub enum Error {
     /// The handler failed with this message (see [`Error::failed`]).
     #[error("{0}")]
     Failed(String),
+    /// A record of the run could not be decoded: the store is damaged there. The run
+    /// is parked (reported by [`Host::runs`](crate::Host::runs)); every other run
+    /// goes on. It is retried when a host opens the store again.
+    #[error("{}", Failure::Corrupt {
+        keyspace: keyspace.clone(), run_id: run_id.clone(), seq: *seq, key: key.clone(),
+        reason: reason.clone(),
+    })]
+    Corrupt {
+        /// The keyspace holding the record: `log`, `runs`, `active` or `timers`.
+        keyspace: String,
+        /// The run.
+        run_id: String,
+        /// The record's sequence number, for a log record.
+        seq: Option<u64>,
+        /// The record's key, printable ASCII as is and other bytes as `\xNN`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -106,6 +125,19 @@ impl From<Failure> for Error {
             Failure::Codec(m) => Error::Codec(m),
             Failure::Crashed(m) => Error::Crashed(m),
             Failure::Other(m) => Error::Failed(m),
+            Failure::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            } => Error::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            },
             other => Error::Failed(other.to_string()),
         }
     }
@@ -132,6 +164,19 @@ impl From<&Error> for Failure {
             Error::Codec(m) => Failure::Codec(m),
             Error::Crashed(m) => Failure::Crashed(m),
             Error::Failed(m) => Failure::Other(m),
+            Error::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            } => Failure::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            },
             other => Failure::Other(other.to_string()),
         }
     }
@@ -139,7 +184,10 @@ impl From<&Error> for Failure {
 
 impl From<StorageError> for Error {
     fn from(e: StorageError) -> Error {
-        Error::Storage(e.to_string())
+        match e.corruption() {
+            Some(corrupt) => corrupt.into(),
+            None => Error::Storage(e.to_string()),
+        }
     }
 }
 

@@ -12,8 +12,8 @@ use kameo::error::{ActorStopReason, SendError};
 use kameo::message::Message;
 use kameo::supervision::RestartPolicy;
 use reel_storage::{
-    Append, Event, Failure, ParentLink, Payload, RunMeta, RunState, StorageError, Store,
-    TimerEntry, check_run_id,
+    Append, CorruptRecord, Event, Failure, ParentLink, Payload, RunMeta, RunState, StorageError,
+    Store, TimerEntry, check_run_id,
 };
 use tokio::sync::{Semaphore, oneshot};
 
@@ -67,8 +67,10 @@ pub struct Core {
     live: tokio::sync::Mutex<HashMap<Arc<str>, ActorRef<RunActor>>>,
     actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,
     crash_messages: Mutex<HashMap<Arc<str>, String>>,
-    /// Parks that could not be written (the store refuses writes, e.g. a full disk):
-    /// reported by `meta` so waiters and `status()` still learn why the run stopped.
+    /// Parks known only in memory: the store refused to write them (a full disk), or
+    /// the run's index records are damaged. Reported by `meta` and `list` so waiters,
+    /// `status()` and `runs()` still learn why the run stopped; forgotten once a new
+    /// state of the run is written.
     unrecorded_parks: Mutex<HashMap<String, Failure>>,
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
@@ -91,6 +93,42 @@ impl std::fmt::Debug for Core {
 /// (which holds the live-run lock) wait on a supervisor.
 fn spawn_supervisor(core: Weak<Core>) -> ActorRef<RunSupervisor> {
     RunSupervisor::spawn_with_mailbox(core, kameo::mailbox::unbounded())
+}
+
+/// The runs named by damaged records, each with the first damage found. A record
+/// that names no run is only logged: there is no run to report it on.
+fn corrupt_runs<'a>(records: impl Iterator<Item = &'a CorruptRecord>) -> HashMap<String, Failure> {
+    let mut runs = HashMap::new();
+    for record in records {
+        match (record.failure(), &record.run_id) {
+            (Some(failure), Some(run_id)) => {
+                tracing::error!(%run_id, %record, "reel: run parked: a record of it is corrupt");
+                runs.entry(run_id.clone()).or_insert(failure);
+            }
+            _ => tracing::error!(%record, "reel: corrupt record names no run; skipped"),
+        }
+    }
+    runs
+}
+
+/// What `runs()` lists for a run whose metadata record is damaged: parked with the
+/// damage, under the workflow and version its log starts with (if readable).
+fn stand_in_meta(store: &dyn Store, run_id: String, error: Failure) -> RunMeta {
+    let (workflow, version) = match store.read_log(&run_id).map(|log| log.into_iter().next()) {
+        Ok(Some(Event::RunStarted {
+            workflow, version, ..
+        })) => (workflow, version),
+        _ => ("<unreadable>".to_owned(), 0),
+    };
+    RunMeta {
+        run_id,
+        workflow,
+        version,
+        state: RunState::Parked { error },
+        created_at: 0,
+        updated_at: 0,
+        parent: None,
+    }
 }
 
 /// Runs `f` on the blocking pool: fjall calls stay off the async workers.
@@ -177,13 +215,27 @@ impl Core {
     ) -> Result<Arc<Core>, ActorError> {
         let scan = store.clone();
         let unfinished = blocking(move || scan.unfinished_runs()).await?;
+        let scan = store.clone();
+        let timers = blocking(move || scan.timers()).await?;
+        // A record that does not decode costs its run, not the store: that run is
+        // reported parked (from memory, its records left as found, so the next host
+        // reports it again) and neither resumed nor woken; every other run is.
+        let corrupt = corrupt_runs(unfinished.corrupt.iter().chain(&timers.corrupt));
+        let unfinished: Vec<RunMeta> = unfinished
+            .items
+            .into_iter()
+            .filter(|m| !corrupt.contains_key(&m.run_id))
+            .collect();
+        let timers: Vec<TimerEntry> = timers
+            .items
+            .into_iter()
+            .filter(|t| !corrupt.contains_key(&t.run_id))
+            .collect();
         // Parked runs get another chance with the code registered now: mark them
         // running before accepting work, so `result()` waits for the retry instead
         // of reporting the old parking error.
         // Likewise a suspended run whose timer came due while no host was running:
         // it is about to be woken, so it is reported as running.
-        let scan = store.clone();
-        let timers = blocking(move || scan.timers()).await?;
         let now = now_ms();
         let due: std::collections::HashSet<&str> = timers
             .iter()
@@ -232,7 +284,7 @@ impl Core {
                 live: tokio::sync::Mutex::new(HashMap::new()),
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),
-                unrecorded_parks: Mutex::new(HashMap::new()),
+                unrecorded_parks: Mutex::new(corrupt),
                 supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
                 retired_supervisors: Mutex::new(Vec::new()),
                 timers,
@@ -367,28 +419,55 @@ impl Core {
         let store = self.store.clone();
         let id = run_id.to_owned();
         let mut meta = blocking(move || store.get_run(&id)).await?;
-        if let Some(m) = meta.as_mut()
-            && !m.state.is_finished()
-            && let Some(error) = self
-                .unrecorded_parks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(run_id)
-        {
-            m.state = RunState::Parked {
-                error: error.clone(),
-            };
+        if let Some(m) = meta.as_mut() {
+            self.apply_held_park(m);
         }
         Ok(meta)
     }
 
-    /// Every run's metadata.
+    /// Reports an unfinished run as parked if a park of it is held in memory.
+    fn apply_held_park(&self, meta: &mut RunMeta) {
+        if meta.state.is_finished() {
+            return;
+        }
+        if let Some(error) = self
+            .unrecorded_parks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&meta.run_id)
+        {
+            meta.state = RunState::Parked {
+                error: error.clone(),
+            };
+        }
+    }
+
+    /// Every run's metadata, ordered by run id. A run whose metadata record does not
+    /// decode is listed as parked with the damage (`Failure::Corrupt`), its workflow
+    /// and version read from its log when that can be read.
     ///
     /// # Errors
-    /// Storage errors.
+    /// Storage errors (I/O); a damaged record is not one.
     pub async fn list(&self) -> Result<Vec<RunMeta>, ActorError> {
         let store = self.store.clone();
-        Ok(blocking(move || store.list_runs()).await?)
+        let mut metas = blocking(move || {
+            let scan = store.list_runs()?;
+            let mut metas = scan.items;
+            for record in scan.corrupt {
+                let (Some(error), Some(run_id)) = (record.failure(), record.run_id.clone()) else {
+                    tracing::error!(%record, "reel: corrupt metadata record names no run; skipped");
+                    continue;
+                };
+                metas.push(stand_in_meta(&*store, run_id, error));
+            }
+            Ok(metas)
+        })
+        .await?;
+        for meta in &mut metas {
+            self.apply_held_park(meta);
+        }
+        metas.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok(metas)
     }
 
     /// A run's durable log, readable while the run runs.
@@ -804,6 +883,31 @@ impl Core {
         Ok(written?)
     }
 
+    /// Parks a run whose log could not be loaded (`reason`): with `Failure::Corrupt`
+    /// naming the damaged record when the log is damaged, else with the reason.
+    pub(crate) async fn park_unreadable_log(
+        &self,
+        run_id: &str,
+        reason: &str,
+    ) -> Result<(), ActorError> {
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        let damage = match blocking(move || Ok(store.read_log(&id))).await? {
+            Err(e) => e.corruption(),
+            Ok(log) if !matches!(log.first(), Some(Event::RunStarted { .. })) => {
+                StorageError::Corrupt {
+                    run_id: run_id.to_owned(),
+                    seq: 0,
+                    reason: reason.to_owned(),
+                }
+                .corruption()
+            }
+            Ok(_) => None,
+        };
+        let failure = damage.unwrap_or_else(|| Failure::Other(format!("unreadable log: {reason}")));
+        self.park(run_id, failure).await
+    }
+
     fn unsubscribe(&self, child_run_id: &str, link: &ParentLink) {
         let mut subs = self
             .child_subscribers
@@ -828,6 +932,13 @@ impl Core {
     /// Wakes the run's waiters, handing them the new state when the caller knows it
     /// was written.
     pub(crate) fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
+        if meta.is_some() {
+            // A new state of the run is on disk: a park held in memory is stale.
+            self.unrecorded_parks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(run_id);
+        }
         let waiters = self
             .waiters
             .lock()

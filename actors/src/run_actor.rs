@@ -117,11 +117,7 @@ impl Actor for RunActor {
         };
         if let Some(reason) = &broken {
             tracing::error!(run_id = %args.run_id, %reason, "reel: run log unreadable; parked");
-            core.park(
-                &args.run_id,
-                Failure::Other(format!("unreadable log: {reason}")),
-            )
-            .await?;
+            core.park_unreadable_log(&args.run_id, reason).await?;
         }
         let engine = core.registry.lookup(&meta.workflow, meta.version);
         let journal = Journal::new(

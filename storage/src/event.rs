@@ -71,6 +71,20 @@ pub enum Failure {
     Crashed(String),
     /// Any other error returned by the handler, as its display text.
     Other(String),
+    /// A record of the run could not be decoded: the store is damaged there. The run
+    /// is parked; every other run goes on.
+    Corrupt {
+        /// The keyspace holding the record: `log`, `runs`, `active` or `timers`.
+        keyspace: String,
+        /// The run.
+        run_id: String,
+        /// The record's sequence number, for a log record.
+        seq: Option<u64>,
+        /// The record's key, printable ASCII as is and other bytes as `\xNN`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl fmt::Display for Failure {
@@ -96,6 +110,23 @@ impl fmt::Display for Failure {
             Failure::Codec(m) => write!(f, "codec error: {m}"),
             Failure::Crashed(m) => write!(f, "handler crashed repeatedly: {m}"),
             Failure::Other(m) => f.write_str(m),
+            Failure::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            } => {
+                write!(
+                    f,
+                    "corrupt record in keyspace `{keyspace}` of run `{run_id}`"
+                )?;
+                match seq {
+                    Some(seq) => write!(f, " at sequence {seq}")?,
+                    None => write!(f, " (key `{key}`)")?,
+                }
+                write!(f, ": {reason}")
+            }
         }
     }
 }
