@@ -128,6 +128,7 @@ impl Registry for Definitions {
 pub struct HostBuilder {
     path: PathBuf,
     in_memory: bool,
+    store: Option<Arc<dyn Store>>,
     definitions: Definitions,
     options: CoreOptions,
 }
@@ -152,6 +153,27 @@ impl HostBuilder {
     /// (replay, signals, timers, children), no durability. For tests of workflows.
     pub fn in_memory(mut self) -> Self {
         self.in_memory = true;
+        self
+    }
+
+    /// Runs the host over `store` instead of a fjall directory ([`HostBuilder::path`]
+    /// and [`HostBuilder::in_memory`] are then ignored): another backend, or a
+    /// wrapper such as `reel_storage::testing::FaultStore`, which injects faults for
+    /// tests. The host closes the store when it shuts down.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use reel::{Host, MemStore};
+    ///
+    /// # #[tokio::main] async fn main() -> reel::Result<()> {
+    /// let host = Host::builder().store(Arc::new(MemStore::new())).build().await?;
+    /// assert!(host.runs().await?.is_empty());
+    /// host.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -188,7 +210,9 @@ impl HostBuilder {
     /// [`Error::Storage`] when the directory cannot be opened (held by another host,
     /// written by an incompatible format, unreadable).
     pub async fn build(self) -> Result<Host> {
-        let store: Arc<dyn Store> = if self.in_memory {
+        let store: Arc<dyn Store> = if let Some(store) = self.store {
+            store
+        } else if self.in_memory {
             Arc::new(MemStore::new())
         } else {
             let path = self.path.clone();
@@ -236,6 +260,7 @@ impl Host {
         HostBuilder {
             path: PathBuf::from("reel-data"),
             in_memory: false,
+            store: None,
             definitions: Definitions::default(),
             options: CoreOptions::default(),
         }

@@ -20,6 +20,8 @@
 //! - `scan`: [`Scan`] and [`CorruptRecord`]: scans return the good records and report
 //!   the damaged ones, so one bad record harms one run.
 //! - `mem_store`: [`MemStore`], an in-memory backend with the same contract (tests).
+//! - [`testing`]: [`FaultStore`](testing::FaultStore), a wrapper that injects faults
+//!   (for tests of the layers above).
 //! - `error`: [`StorageError`].
 
 mod error;
@@ -30,6 +32,7 @@ mod mem_store;
 mod meta;
 mod scan;
 mod store;
+pub mod testing;
 
 pub use error::StorageError;
 pub use event::{Event, Failure, Payload};
