@@ -147,7 +147,9 @@ pub struct Services(pub(crate) Weak<Core>);
 impl Services {
     /// Starts the child run (idempotent on its id) and arranges for its result to be
     /// delivered to `parent`'s wait `wait_id`, also when it has already finished.
-    /// A child that cannot be started is delivered as a failed child.
+    /// A child that cannot be started for good (workflow not registered, id taken by
+    /// another workflow, invalid id) is delivered as a failed child; a passing failure
+    /// (I/O, an actor restarting) is retried in the background while the parent waits.
     pub async fn ensure_child(
         &self,
         parent: &str,
@@ -158,9 +160,15 @@ impl Services {
         input: Payload,
     ) {
         let Some(core) = self.0.upgrade() else { return };
-        let link = ParentLink {
-            run_id: parent.to_owned(),
-            wait_id: wait_id.to_owned(),
+        let child = ChildStart {
+            link: ParentLink {
+                run_id: parent.to_owned(),
+                wait_id: wait_id.to_owned(),
+            },
+            workflow: workflow.to_owned(),
+            version,
+            run_id: child_run_id.to_owned(),
+            input,
         };
         // Subscribe before looking, so a completion in between is not missed.
         {
@@ -168,36 +176,34 @@ impl Services {
                 .child_subscribers
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let list = subs.entry(child_run_id.to_owned()).or_default();
-            if !list.contains(&link) {
-                list.push(link.clone());
+            let list = subs.entry(child.run_id.clone()).or_default();
+            if !list.contains(&child.link) {
+                list.push(child.link.clone());
             }
         }
-        let started = core
-            .start(workflow, version, child_run_id, input, Some(link.clone()))
-            .await;
-        let failure = match started {
-            Ok(_) => match core.meta(child_run_id).await {
-                Ok(Some(meta)) if meta.state.is_finished() => {
-                    core.unsubscribe(child_run_id, &link);
-                    core.notify_parents(&meta, std::iter::once(link));
-                    return;
-                }
-                Ok(_) => return,
-                Err(e) => Failure::Other(e.to_string()),
-            },
-            Err(ActorError::NotRegistered(f)) => f,
-            Err(ActorError::Shutdown) => return,
-            Err(e) => Failure::Other(e.to_string()),
-        };
-        core.unsubscribe(child_run_id, &link);
-        core.spawn_delivery(
-            parent.to_owned(),
-            Delivery::ChildDone {
-                wait_id: wait_id.to_owned(),
-                result: Err(failure),
-            },
-        );
+        match core.start_child(&child).await {
+            Ok(()) => {}
+            Err(e) if is_passing(&e) => core.retry_child_start(child, e),
+            Err(e) => core.child_start_failed(&child, e),
+        }
+    }
+}
+
+/// A child run a parent waits for.
+struct ChildStart {
+    link: ParentLink,
+    workflow: String,
+    version: u32,
+    run_id: String,
+    input: Payload,
+}
+
+/// Whether trying the same thing again later can succeed.
+fn is_passing(e: &ActorError) -> bool {
+    match e {
+        ActorError::Storage(s) => s.is_retryable(),
+        ActorError::Unavailable { .. } | ActorError::Retired => true,
+        _ => false,
     }
 }
 
@@ -385,7 +391,13 @@ impl Core {
                     .meta(run_id)
                     .await?
                     .ok_or_else(|| ActorError::UnknownRun(run_id.to_owned()))?;
-                return Core::existing(existing, workflow);
+                let started = Core::existing(&existing, workflow)?;
+                // An earlier start landed but its caller heard it failed (a lost
+                // answer, a failed activation): nobody runs it yet, so this one does.
+                if existing.state == RunState::Running && !self.is_live(run_id).await {
+                    self.deliver(run_id, Resume).await?;
+                }
+                return Ok(started);
             }
             Err(e) => return Err(e.into()),
         }
@@ -395,15 +407,23 @@ impl Core {
         Ok(Started::Created)
     }
 
-    fn existing(existing: RunMeta, workflow: &str) -> Result<Started, ActorError> {
+    fn existing(existing: &RunMeta, workflow: &str) -> Result<Started, ActorError> {
         if existing.workflow == workflow {
             Ok(Started::Existing)
         } else {
             Err(ActorError::RunExists {
-                run_id: existing.run_id,
-                workflow: existing.workflow,
+                run_id: existing.run_id.clone(),
+                workflow: existing.workflow.clone(),
             })
         }
+    }
+
+    async fn is_live(&self, run_id: &str) -> bool {
+        self.live
+            .lock()
+            .await
+            .get(run_id)
+            .is_some_and(|a| a.is_alive())
     }
 
     /// Number of runs with a live actor (not passivated).
@@ -906,6 +926,68 @@ impl Core {
         };
         let failure = damage.unwrap_or_else(|| Failure::Other(format!("unreadable log: {reason}")));
         self.park(run_id, failure).await
+    }
+
+    /// Starts a child (idempotent) and delivers its result at once if it has finished.
+    async fn start_child(&self, c: &ChildStart) -> Result<(), ActorError> {
+        self.start(
+            &c.workflow,
+            c.version,
+            &c.run_id,
+            c.input.clone(),
+            Some(c.link.clone()),
+        )
+        .await?;
+        if let Some(meta) = self.meta(&c.run_id).await?
+            && meta.state.is_finished()
+        {
+            self.unsubscribe(&c.run_id, &c.link);
+            self.notify_parents(&meta, std::iter::once(c.link.clone()));
+        }
+        Ok(())
+    }
+
+    /// Keeps starting a child whose start failed for a passing reason, with backoff,
+    /// until it starts, fails for good or the host closes. A bare task: it holds the
+    /// core weakly and ends at the first check after shutdown.
+    fn retry_child_start(&self, c: ChildStart, first: ActorError) {
+        tracing::warn!(parent = %c.link.run_id, child = %c.run_id, error = %first,
+            "reel: child run could not be started yet; retrying");
+        let core = self.me.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(20);
+            loop {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                let Some(core) = core.upgrade().filter(|c| !c.is_closing()) else {
+                    return;
+                };
+                match core.start_child(&c).await {
+                    Ok(()) => return,
+                    Err(e) if is_passing(&e) => {
+                        tracing::warn!(child = %c.run_id, error = %e, "reel: child start failed again");
+                    }
+                    Err(e) => return core.child_start_failed(&c, e),
+                }
+            }
+        });
+    }
+
+    /// Delivers a child that cannot be started to its parent as a failed child.
+    fn child_start_failed(&self, c: &ChildStart, e: ActorError) {
+        let failure = match e {
+            ActorError::NotRegistered(f) => f,
+            ActorError::Shutdown => return,
+            e => Failure::Other(e.to_string()),
+        };
+        self.unsubscribe(&c.run_id, &c.link);
+        self.spawn_delivery(
+            c.link.run_id.clone(),
+            Delivery::ChildDone {
+                wait_id: c.link.wait_id.clone(),
+                result: Err(failure),
+            },
+        );
     }
 
     fn unsubscribe(&self, child_run_id: &str, link: &ParentLink) {
