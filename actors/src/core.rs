@@ -876,7 +876,21 @@ impl Core {
     }
 
     /// Marks a run parked (metadata only) and wakes its result waiters.
+    ///
+    /// The write is a compare-and-set on the log's next sequence number, read before
+    /// the run's state: a run that finished (or appended anything) in between is left
+    /// as it is, rather than put back into the active set to run again.
     pub(crate) async fn park(&self, run_id: &str, error: Failure) -> Result<(), ActorError> {
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        let next_seq = match blocking(move || store.next_seq(&id)).await {
+            Ok(seq) => seq,
+            Err(e) => {
+                self.record_unwritten_park(run_id, error);
+                self.notify_changed(run_id, None);
+                return Err(e.into());
+            }
+        };
         let Some(mut meta) = self.meta(run_id).await? else {
             return Ok(());
         };
@@ -891,16 +905,30 @@ impl Core {
             .store
             .submit(Append {
                 run_id: run_id.to_owned(),
-                meta: Some(meta),
+                expected_seq: Some(next_seq),
+                meta: Some(meta.clone()),
                 durable: true,
                 ..Append::default()
             })
             .await;
-        if written.is_err() {
-            self.record_unwritten_park(run_id, error);
+        match written {
+            Ok(()) => {
+                self.notify_changed(run_id, Some(&meta));
+                Ok(())
+            }
+            Err(StorageError::Conflict { .. }) => {
+                tracing::info!(
+                    run_id,
+                    "reel: run moved on while being parked; left as it is"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.record_unwritten_park(run_id, error);
+                self.notify_changed(run_id, None);
+                Err(e.into())
+            }
         }
-        self.notify_changed(run_id, None);
-        Ok(written?)
     }
 
     /// Parks a run whose log could not be loaded (`reason`): with `Failure::Corrupt`
