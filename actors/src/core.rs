@@ -189,6 +189,16 @@ impl Services {
     }
 }
 
+/// Prunes a run's waiters when a wait ends (its receiver is dropped first: locals
+/// drop in reverse order, and this guard is created before the receiver).
+struct PruneOnDrop<'a>(&'a Core, &'a str);
+
+impl Drop for PruneOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.prune_waiters(self.1);
+    }
+}
+
 /// A child run a parent waits for.
 struct ChildStart {
     link: ParentLink,
@@ -593,9 +603,12 @@ impl Core {
         // match; otherwise the store is read after registering, which is the point
         // no later change can slip past.
         let mut notified: Option<RunMeta> = None;
+        // However this ends (returned, or dropped by a caller who stopped waiting),
+        // the sender registered for it goes, so abandoned waits do not pile up on a
+        // run that may never change state.
+        let _prune = PruneOnDrop(self, run_id);
         loop {
             if let Some(meta) = notified.take().filter(|m| pred(&m.state)) {
-                self.prune_waiters(run_id);
                 return Ok(meta);
             }
             let (tx, rx) = oneshot::channel();
@@ -615,8 +628,6 @@ impl Core {
                 Err(e) => Some(Err(e)),
             };
             if let Some(result) = settled {
-                drop(rx);
-                self.prune_waiters(run_id);
                 return result;
             }
             match rx.await {
@@ -626,8 +637,19 @@ impl Core {
         }
     }
 
-    /// Drops the senders of waiters that went away (returned early, or were dropped
-    /// by their caller), so the map does not grow with finished or unknown runs.
+    /// How many callers wait for a run's state to change (`result()`,
+    /// `wait_until_suspended()`), over all runs. For tests and metrics.
+    pub fn waiting_callers(&self) -> usize {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(Vec::len)
+            .sum()
+    }
+
+    /// Drops the senders of waiters that went away (returned, or were dropped by
+    /// their caller), so the map does not grow with finished, unknown or idle runs.
     fn prune_waiters(&self, run_id: &str) {
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(list) = waiters.get_mut(run_id) {
