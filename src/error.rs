@@ -91,6 +91,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A child call would make runs wait on each other for ever: the child id is the
+    /// caller's own id, or the child (through its own children) waits on the caller.
+    #[error("child runs would wait on each other for ever: {}", cycle.join(" → "))]
+    ChildCycle {
+        /// The runs, each waiting on the next: the caller first and last.
+        cycle: Vec<String>,
+    },
 }
 
 impl Error {
@@ -138,6 +145,7 @@ impl From<Failure> for Error {
                 key,
                 reason,
             },
+            Failure::ChildCycle { cycle } => Error::ChildCycle { cycle },
             other => Error::Failed(other.to_string()),
         }
     }
@@ -177,6 +185,7 @@ impl From<&Error> for Failure {
                 key,
                 reason,
             },
+            Error::ChildCycle { cycle } => Failure::ChildCycle { cycle },
             other => Failure::Other(other.to_string()),
         }
     }

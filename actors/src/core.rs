@@ -181,6 +181,25 @@ impl Services {
                 list.push(child.link.clone());
             }
         }
+        // After subscribing: two runs calling each other at once each see the other's
+        // subscription, so at least one of them finds the cycle.
+        match core.child_cycle(parent, child_run_id).await {
+            Ok(Some(cycle)) => {
+                tracing::warn!(
+                    parent,
+                    child = child_run_id,
+                    ?cycle,
+                    "reel: child call would close a cycle"
+                );
+                return core.child_failed(&child, Failure::ChildCycle { cycle });
+            }
+            Ok(None) => {}
+            // The check is a guard, not a precondition: a run that cannot be read here
+            // is dealt with by the start below.
+            Err(e) => {
+                tracing::warn!(parent, child = child_run_id, error = %e, "reel: child cycle check failed")
+            }
+        }
         match core.start_child(&child).await {
             Ok(()) => {}
             Err(e) if is_passing(&e) => core.retry_child_start(child, e),
@@ -978,6 +997,71 @@ impl Core {
         self.park(run_id, failure).await
     }
 
+    /// The cycle `parent → child → … → parent` that waiting on `child` would close:
+    /// the child is the parent itself, or an unfinished run that already waits
+    /// (through its own children) on the parent. Walks up from the parent through the
+    /// runs waiting on it, so only the parent's ancestors are read.
+    async fn child_cycle(
+        &self,
+        parent: &str,
+        child: &str,
+    ) -> Result<Option<Vec<String>>, ActorError> {
+        if parent == child {
+            return Ok(Some(vec![parent.to_owned(), child.to_owned()]));
+        }
+        // Only an unfinished run can be waiting on anything.
+        if self
+            .meta(child)
+            .await?
+            .is_none_or(|m| m.state.is_finished())
+        {
+            return Ok(None);
+        }
+        // waiter → the run it waits on, for every run reached so far.
+        let mut waits_on: HashMap<String, String> = HashMap::new();
+        let mut frontier = vec![parent.to_owned()];
+        while let Some(run) = frontier.pop() {
+            for waiter in self.waiters_on(&run).await? {
+                if waiter == parent || waits_on.contains_key(&waiter) {
+                    continue;
+                }
+                waits_on.insert(waiter.clone(), run.clone());
+                if waiter == child {
+                    let mut cycle = vec![parent.to_owned(), child.to_owned()];
+                    let mut at = child;
+                    while let Some(next) = waits_on.get(at) {
+                        cycle.push(next.clone());
+                        at = next;
+                    }
+                    return Ok(Some(cycle));
+                }
+                frontier.push(waiter);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The runs waiting on `run` as their child while it is unfinished: those
+    /// subscribed to it in this host, and the parent it was started by (also after a
+    /// restart). Nobody waits on a finished run: its result is delivered.
+    async fn waiters_on(&self, run: &str) -> Result<Vec<String>, ActorError> {
+        let Some(meta) = self.meta(run).await? else {
+            return Ok(Vec::new());
+        };
+        if meta.state.is_finished() {
+            return Ok(Vec::new());
+        }
+        let mut waiters: Vec<String> = self
+            .child_subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run)
+            .map(|links| links.iter().map(|l| l.run_id.clone()).collect())
+            .unwrap_or_default();
+        waiters.extend(meta.parent.map(|p| p.run_id));
+        Ok(waiters)
+    }
+
     /// Starts a child (idempotent) and delivers its result at once if it has finished.
     async fn start_child(&self, c: &ChildStart) -> Result<(), ActorError> {
         self.start(
@@ -1025,11 +1109,15 @@ impl Core {
 
     /// Delivers a child that cannot be started to its parent as a failed child.
     fn child_start_failed(&self, c: &ChildStart, e: ActorError) {
-        let failure = match e {
-            ActorError::NotRegistered(f) => f,
-            ActorError::Shutdown => return,
-            e => Failure::Other(e.to_string()),
-        };
+        match e {
+            ActorError::NotRegistered(f) => self.child_failed(c, f),
+            ActorError::Shutdown => {}
+            e => self.child_failed(c, Failure::Other(e.to_string())),
+        }
+    }
+
+    /// Delivers `failure` to the parent as its child's result.
+    fn child_failed(&self, c: &ChildStart, failure: Failure) {
         self.unsubscribe(&c.run_id, &c.link);
         self.spawn_delivery(
             c.link.run_id.clone(),

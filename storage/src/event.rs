@@ -85,6 +85,12 @@ pub enum Failure {
         /// What is wrong with it.
         reason: String,
     },
+    /// Waiting on this child would close a cycle of runs waiting on each other (a
+    /// run whose child id is its own, or a chain of children back to an ancestor).
+    ChildCycle {
+        /// The runs, each waiting on the next: the caller first and last.
+        cycle: Vec<String>,
+    },
 }
 
 impl fmt::Display for Failure {
@@ -127,6 +133,11 @@ impl fmt::Display for Failure {
                 }
                 write!(f, ": {reason}")
             }
+            Failure::ChildCycle { cycle } => write!(
+                f,
+                "child runs would wait on each other for ever: {}",
+                cycle.join(" → ")
+            ),
         }
     }
 }
