@@ -91,6 +91,22 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A [`RunHandle`](crate::RunHandle) of one workflow was used on a run of another.
+    #[error("run `{run_id}` is a run of workflow `{found}`, not `{expected}`")]
+    WorkflowMismatch {
+        /// The run id.
+        run_id: String,
+        /// The handle's workflow.
+        expected: String,
+        /// The run's workflow.
+        found: String,
+    },
+    /// A signal name reel reserves for itself (approvals travel as `approval:<name>`).
+    #[error(
+        "signal name `{0}` is reserved: names starting with `approval:` carry approvals, \
+         send those with RunHandle::approve"
+    )]
+    ReservedName(String),
     /// A child call would make runs wait on each other for ever: the child id is the
     /// caller's own id, or the child (through its own children) waits on the caller.
     #[error("child runs would wait on each other for ever: {}", cycle.join(" → "))]

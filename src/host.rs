@@ -359,9 +359,22 @@ impl<W: Workflow> RunHandle<W> {
     /// `signal_id` is dropped, so retrying a send is safe.
     ///
     /// # Errors
-    /// [`Error::UnknownRun`], [`Error::RunFinished`], [`Error::Codec`],
-    /// [`Error::Storage`], [`Error::Shutdown`].
+    /// [`Error::ReservedName`] for a name starting with `approval:` (send approvals
+    /// with [`RunHandle::approve`]), [`Error::UnknownRun`], [`Error::RunFinished`],
+    /// [`Error::Codec`], [`Error::Storage`], [`Error::Shutdown`].
     pub async fn signal<T: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        payload: &T,
+        signal_id: &str,
+    ) -> Result<()> {
+        if name.starts_with(&approval_signal("")) {
+            return Err(Error::ReservedName(name.to_owned()));
+        }
+        self.send_signal(name, payload, signal_id).await
+    }
+
+    async fn send_signal<T: Serialize + ?Sized>(
         &self,
         name: &str,
         payload: &T,
@@ -387,7 +400,8 @@ impl<W: Workflow> RunHandle<W> {
     ) -> Result<()> {
         let decision = Approval { approved, feedback };
         let id = format!("approval:{name}:{}", Uuid::new_v4());
-        self.signal(&approval_signal(name), &decision, &id).await
+        self.send_signal(&approval_signal(name), &decision, &id)
+            .await
     }
 
     /// Where the run stands.
@@ -437,10 +451,15 @@ impl<W: Workflow> RunHandle<W> {
     /// The recorded error of a failed run (for example [`Error::Step`]),
     /// [`Error::Cancelled`], the parking error of a parked run
     /// ([`Error::ReplayDivergence`], [`Error::VersionMismatch`], [`Error::Crashed`]),
-    /// [`Error::UnknownRun`], [`Error::Codec`] if the output does not decode into
-    /// `W::Output`.
+    /// [`Error::UnknownRun`], [`Error::WorkflowMismatch`] for a run of another
+    /// workflow than `W` (at once, without waiting), [`Error::Codec`] if the output
+    /// does not decode into `W::Output`.
     pub async fn result(&self) -> Result<W::Output> {
+        if let Some(meta) = self.core.meta(&self.run_id).await? {
+            self.check_workflow(&meta)?;
+        }
         let meta = self.core.wait_settled(&self.run_id).await?;
+        self.check_workflow(&meta)?;
         match meta.state {
             RunState::Completed => match self.core.last_event(&self.run_id).await? {
                 Some(Event::RunCompleted { output }) => decode(&output),
@@ -453,6 +472,17 @@ impl<W: Workflow> RunHandle<W> {
             RunState::Cancelled { reason } => Err(Error::Cancelled(reason)),
             other => Err(Error::Storage(format!("unexpected state {other:?}"))),
         }
+    }
+
+    fn check_workflow(&self, meta: &RunMeta) -> Result<()> {
+        if meta.workflow == W::NAME {
+            return Ok(());
+        }
+        Err(Error::WorkflowMismatch {
+            run_id: self.run_id.to_string(),
+            expected: W::NAME.to_owned(),
+            found: meta.workflow.clone(),
+        })
     }
 
     /// The run's durable log, in order; readable while the run runs.
