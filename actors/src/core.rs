@@ -709,7 +709,12 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        self.store.close();
+        // Closing joins the writer thread and fsyncs: on the blocking pool, so the
+        // async workers (a single one, on a current-thread runtime) keep running.
+        let store = self.store.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || store.close()).await {
+            tracing::error!(error = %e, "reel: closing the store failed");
+        }
     }
 
     // ---- inside the crate ----
