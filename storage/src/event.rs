@@ -6,6 +6,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::StorageError;
 
+/// How deep the records' MessagePack may nest. Events and run metadata nest less
+/// than ten levels; the decoders' default (1,024) lets a damaged record of nested
+/// one-byte array headers recurse deep enough to overflow a 2 MiB thread stack (the
+/// blocking pool's), which aborts the process instead of reporting one bad record.
+const MAX_RECORD_DEPTH: usize = 32;
+
+/// Decodes one record, nesting at most [`MAX_RECORD_DEPTH`] levels.
+pub(crate) fn from_msgpack<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<T, rmp_serde::decode::Error> {
+    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    de.set_max_depth(MAX_RECORD_DEPTH);
+    T::deserialize(&mut de)
+}
+
 /// An opaque MessagePack value written by the layer above (workflow input, step
 /// output, signal payload, recorded value).
 ///
@@ -24,7 +39,7 @@ impl Payload {
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut slice = self.0.as_slice();
-        match rmpv::decode::read_value(&mut slice) {
+        match rmpv::decode::read_value_with_max_depth(&mut slice, MAX_RECORD_DEPTH) {
             Ok(value) if slice.is_empty() => write!(f, "{value}"),
             _ => write!(f, "<{} bytes>", self.0.len()),
         }
@@ -316,7 +331,7 @@ impl Event {
     /// # Errors
     /// [`StorageError::Corrupt`] naming the run and sequence number.
     pub fn decode(bytes: &[u8], run_id: &str, seq: u64) -> Result<Event, StorageError> {
-        rmp_serde::from_slice(bytes).map_err(|e| StorageError::Corrupt {
+        from_msgpack(bytes).map_err(|e| StorageError::Corrupt {
             run_id: run_id.to_owned(),
             seq,
             reason: e.to_string(),

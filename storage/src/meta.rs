@@ -105,7 +105,7 @@ impl RunMeta {
             reason,
         };
         let meta: RunMeta =
-            rmp_serde::from_slice(bytes).map_err(|e| corrupt(format!("run metadata: {e}")))?;
+            crate::event::from_msgpack(bytes).map_err(|e| corrupt(format!("run metadata: {e}")))?;
         if meta.run_id.as_bytes() != key {
             return Err(corrupt(format!(
                 "record of run `{}` filed under another key",
