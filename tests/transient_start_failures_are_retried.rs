@@ -1,7 +1,8 @@
 //! A start or a child start that fails for a passing reason is not the run's end:
 //! a start whose append landed but whose answer was lost still runs when started
 //! again, and a child whose start fails for a moment is started later instead of
-//! being recorded as a failed child (the parent would get a wrong result).
+//! being recorded as a failed child (the parent would get a wrong result); nor is a
+//! passing failure to read a finished child's result.
 
 mod common;
 
@@ -89,6 +90,19 @@ async fn child_start_failing_for_a_moment_is_not_a_child_failure() -> anyhow::Re
     let injected = parents(2, |f| {
         f.inject(Fault::fail(Op::Submit).for_run("parent-0-leaf"));
         f.inject(Fault::fail(Op::Submit).for_run("parent-1-leaf").times(3));
+    })
+    .await?;
+    assert_eq!(injected, 4);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_child_result_failing_for_a_moment_is_not_a_child_failure() -> anyhow::Result<()>
+{
+    // The finished child's output is read from its log to hand it to the parent.
+    let injected = parents(2, |f| {
+        f.inject(Fault::fail(Op::LastEvent).for_run("parent-0-leaf"));
+        f.inject(Fault::fail(Op::LastEvent).for_run("parent-1-leaf").times(3));
     })
     .await?;
     assert_eq!(injected, 4);

@@ -1187,6 +1187,33 @@ impl Core {
         self.notify_parents(meta, parents);
     }
 
+    /// A completed child's output, read from its log. A passing read failure is
+    /// retried: delivered, it would be the parent's child result for good. `None` once
+    /// the host closes (the parent asks again after the restart).
+    async fn child_output(&self, run_id: &str) -> Option<Result<Payload, Failure>> {
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let failure = match self.last_event(run_id).await {
+                Ok(Some(Event::RunCompleted { output })) => return Some(Ok(output)),
+                Ok(other) => Failure::Other(format!("child `{run_id}` has no result ({other:?})")),
+                Err(ActorError::Storage(e)) if e.is_retryable() => {
+                    tracing::warn!(run_id, error = %e, "reel: reading a child's result failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    if self.is_closing() {
+                        return None;
+                    }
+                    continue;
+                }
+                Err(ActorError::Storage(e)) => e
+                    .corruption()
+                    .unwrap_or_else(|| Failure::Other(e.to_string())),
+                Err(e) => Failure::Other(e.to_string()),
+            };
+            return Some(Err(failure));
+        }
+    }
+
     fn notify_parents(&self, meta: &RunMeta, parents: impl Iterator<Item = ParentLink>) {
         let mut parents: Vec<ParentLink> = parents.collect();
         parents.sort_by(|a, b| (&a.run_id, &a.wait_id).cmp(&(&b.run_id, &b.wait_id)));
@@ -1200,13 +1227,9 @@ impl Core {
         let child = meta.clone();
         tokio::spawn(async move {
             let result = match &child.state {
-                RunState::Completed => match core.last_event(&child.run_id).await {
-                    Ok(Some(Event::RunCompleted { output })) => Ok(output),
-                    Ok(other) => Err(Failure::Other(format!(
-                        "child `{}` has no result ({other:?})",
-                        child.run_id
-                    ))),
-                    Err(e) => Err(Failure::Other(e.to_string())),
+                RunState::Completed => match core.child_output(&child.run_id).await {
+                    Some(output) => output,
+                    None => return,
                 },
                 RunState::Failed { error } => Err(error.clone()),
                 RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),
