@@ -130,8 +130,16 @@ pub(crate) fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Payload> {
         .map_err(Error::codec)
 }
 
+/// How deep a payload may nest. rmp-serde's default (1,024) lets a damaged or
+/// hostile payload (a signal from outside) recurse deep enough to overflow a worker
+/// thread's stack, which aborts the process; 128 levels is far more than data types
+/// nest, and a deeper payload is a codec error.
+const MAX_PAYLOAD_DEPTH: usize = 128;
+
 pub(crate) fn decode<T: DeserializeOwned>(p: &Payload) -> Result<T> {
-    rmp_serde::from_slice(p.as_bytes()).map_err(Error::codec)
+    let mut de = rmp_serde::Deserializer::from_read_ref(p.as_bytes());
+    de.set_max_depth(MAX_PAYLOAD_DEPTH);
+    T::deserialize(&mut de).map_err(Error::codec)
 }
 
 /// Milliseconds of a duration, saturating (`Duration::MAX` is a far-future time,
@@ -322,5 +330,31 @@ pub(crate) struct BodyRunning(Ctx);
 impl Drop for BodyRunning {
     fn drop(&mut self) {
         self.0.lock().bodies -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deeply_nested_payload_is_a_codec_error_not_a_stack_overflow() {
+        // 100,000 one-element arrays, one inside the other, then nil.
+        let mut bytes = vec![0x91u8; 100_000];
+        bytes.push(0xc0);
+        let r = decode::<serde::de::IgnoredAny>(&Payload(bytes));
+        assert!(matches!(r, Err(Error::Codec(_))), "{r:?}");
+        let shallow = encode(&vec![vec![vec![1u8]]]).unwrap();
+        assert_eq!(
+            decode::<Vec<Vec<Vec<u8>>>>(&shallow).unwrap(),
+            vec![vec![vec![1]]]
+        );
+    }
+
+    #[test]
+    fn idempotency_keys_escape_the_run_id() {
+        assert_eq!(idempotency_key("a/b", "c"), "a%2Fb/c");
+        assert_eq!(idempotency_key("a", "b/c"), "a/b/c");
+        assert_eq!(idempotency_key("50%", "x"), "50%25/x");
     }
 }

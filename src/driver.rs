@@ -259,10 +259,7 @@ where
     fn suspension(&self) -> Option<Outcome> {
         let (len, _) = self.marks();
         let st = self.ctx.lock();
-        let idle = st.caught_up
-            && self.walked >= len
-            && self.landings.is_empty()
-            && st.bodies == 0;
+        let idle = st.caught_up && self.walked >= len && self.landings.is_empty() && st.bodies == 0;
         if !idle {
             return None;
         }

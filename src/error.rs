@@ -72,6 +72,48 @@ pub enum Error {
     /// The handler failed with this message (see [`Error::failed`]).
     #[error("{0}")]
     Failed(String),
+    /// A record of the run could not be decoded: the store is damaged there. The run
+    /// is parked (reported by [`Host::runs`](crate::Host::runs)); every other run
+    /// goes on. It is retried when a host opens the store again.
+    #[error("{}", Failure::Corrupt {
+        keyspace: keyspace.clone(), run_id: run_id.clone(), seq: *seq, key: key.clone(),
+        reason: reason.clone(),
+    })]
+    Corrupt {
+        /// The keyspace holding the record: `log`, `runs`, `active` or `timers`.
+        keyspace: String,
+        /// The run.
+        run_id: String,
+        /// The record's sequence number, for a log record.
+        seq: Option<u64>,
+        /// The record's key, printable ASCII as is and other bytes as `\xNN`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A [`RunHandle`](crate::RunHandle) of one workflow was used on a run of another.
+    #[error("run `{run_id}` is a run of workflow `{found}`, not `{expected}`")]
+    WorkflowMismatch {
+        /// The run id.
+        run_id: String,
+        /// The handle's workflow.
+        expected: String,
+        /// The run's workflow.
+        found: String,
+    },
+    /// A signal name reel reserves for itself (approvals travel as `approval:<name>`).
+    #[error(
+        "signal name `{0}` is reserved: names starting with `approval:` carry approvals, \
+         send those with RunHandle::approve"
+    )]
+    ReservedName(String),
+    /// A child call would make runs wait on each other for ever: the child id is the
+    /// caller's own id, or the child (through its own children) waits on the caller.
+    #[error("child runs would wait on each other for ever: {}", cycle.join(" → "))]
+    ChildCycle {
+        /// The runs, each waiting on the next: the caller first and last.
+        cycle: Vec<String>,
+    },
 }
 
 impl Error {
@@ -106,6 +148,20 @@ impl From<Failure> for Error {
             Failure::Codec(m) => Error::Codec(m),
             Failure::Crashed(m) => Error::Crashed(m),
             Failure::Other(m) => Error::Failed(m),
+            Failure::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            } => Error::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            },
+            Failure::ChildCycle { cycle } => Error::ChildCycle { cycle },
             other => Error::Failed(other.to_string()),
         }
     }
@@ -132,6 +188,20 @@ impl From<&Error> for Failure {
             Error::Codec(m) => Failure::Codec(m),
             Error::Crashed(m) => Failure::Crashed(m),
             Error::Failed(m) => Failure::Other(m),
+            Error::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            } => Failure::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            },
+            Error::ChildCycle { cycle } => Failure::ChildCycle { cycle },
             other => Failure::Other(other.to_string()),
         }
     }
@@ -139,7 +209,10 @@ impl From<&Error> for Failure {
 
 impl From<StorageError> for Error {
     fn from(e: StorageError) -> Error {
-        Error::Storage(e.to_string())
+        match e.corruption() {
+            Some(corrupt) => corrupt.into(),
+            None => Error::Storage(e.to_string()),
+        }
     }
 }
 

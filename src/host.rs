@@ -126,6 +126,7 @@ impl Registry for Definitions {
 pub struct HostBuilder {
     path: PathBuf,
     in_memory: bool,
+    store: Option<Arc<dyn Store>>,
     definitions: Definitions,
     options: CoreOptions,
 }
@@ -150,6 +151,27 @@ impl HostBuilder {
     /// (replay, signals, timers, children), no durability. For tests of workflows.
     pub fn in_memory(mut self) -> Self {
         self.in_memory = true;
+        self
+    }
+
+    /// Runs the host over `store` instead of a fjall directory ([`HostBuilder::path`]
+    /// and [`HostBuilder::in_memory`] are then ignored): another backend, or a
+    /// wrapper such as `reel_storage::testing::FaultStore`, which injects faults for
+    /// tests. The host closes the store when it shuts down.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use reel::{Host, MemStore};
+    ///
+    /// # #[tokio::main] async fn main() -> reel::Result<()> {
+    /// let host = Host::builder().store(Arc::new(MemStore::new())).build().await?;
+    /// assert!(host.runs().await?.is_empty());
+    /// host.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -186,7 +208,9 @@ impl HostBuilder {
     /// [`Error::Storage`] when the directory cannot be opened (held by another host,
     /// written by an incompatible format, unreadable).
     pub async fn build(self) -> Result<Host> {
-        let store: Arc<dyn Store> = if self.in_memory {
+        let store: Arc<dyn Store> = if let Some(store) = self.store {
+            store
+        } else if self.in_memory {
             Arc::new(MemStore::new())
         } else {
             let path = self.path.clone();
@@ -234,6 +258,7 @@ impl Host {
         HostBuilder {
             path: PathBuf::from("reel-data"),
             in_memory: false,
+            store: None,
             definitions: Definitions::default(),
             options: CoreOptions::default(),
         }
@@ -332,9 +357,22 @@ impl<W: Workflow> RunHandle<W> {
     /// `signal_id` is dropped, so retrying a send is safe.
     ///
     /// # Errors
-    /// [`Error::UnknownRun`], [`Error::RunFinished`], [`Error::Codec`],
-    /// [`Error::Storage`], [`Error::Shutdown`].
+    /// [`Error::ReservedName`] for a name starting with `approval:` (send approvals
+    /// with [`RunHandle::approve`]), [`Error::UnknownRun`], [`Error::RunFinished`],
+    /// [`Error::Codec`], [`Error::Storage`], [`Error::Shutdown`].
     pub async fn signal<T: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        payload: &T,
+        signal_id: &str,
+    ) -> Result<()> {
+        if name.starts_with(&approval_signal("")) {
+            return Err(Error::ReservedName(name.to_owned()));
+        }
+        self.send_signal(name, payload, signal_id).await
+    }
+
+    async fn send_signal<T: Serialize + ?Sized>(
         &self,
         name: &str,
         payload: &T,
@@ -360,7 +398,8 @@ impl<W: Workflow> RunHandle<W> {
     ) -> Result<()> {
         let decision = Approval { approved, feedback };
         let id = format!("approval:{name}:{}", Uuid::new_v4());
-        self.signal(&approval_signal(name), &decision, &id).await
+        self.send_signal(&approval_signal(name), &decision, &id)
+            .await
     }
 
     /// Where the run stands.
@@ -410,10 +449,15 @@ impl<W: Workflow> RunHandle<W> {
     /// The recorded error of a failed run (for example [`Error::Step`]),
     /// [`Error::Cancelled`], the parking error of a parked run
     /// ([`Error::ReplayDivergence`], [`Error::VersionMismatch`], [`Error::Crashed`]),
-    /// [`Error::UnknownRun`], [`Error::Codec`] if the output does not decode into
-    /// `W::Output`.
+    /// [`Error::UnknownRun`], [`Error::WorkflowMismatch`] for a run of another
+    /// workflow than `W` (at once, without waiting), [`Error::Codec`] if the output
+    /// does not decode into `W::Output`.
     pub async fn result(&self) -> Result<W::Output> {
+        if let Some(meta) = self.core.meta(&self.run_id).await? {
+            self.check_workflow(&meta)?;
+        }
         let meta = self.core.wait_settled(&self.run_id).await?;
+        self.check_workflow(&meta)?;
         match meta.state {
             RunState::Completed => match self.core.last_event(&self.run_id).await? {
                 Some(Event::RunCompleted { output }) => decode(&output),
@@ -426,6 +470,17 @@ impl<W: Workflow> RunHandle<W> {
             RunState::Cancelled { reason } => Err(Error::Cancelled(reason)),
             other => Err(Error::Storage(format!("unexpected state {other:?}"))),
         }
+    }
+
+    fn check_workflow(&self, meta: &RunMeta) -> Result<()> {
+        if meta.workflow == W::NAME {
+            return Ok(());
+        }
+        Err(Error::WorkflowMismatch {
+            run_id: self.run_id.to_string(),
+            expected: W::NAME.to_owned(),
+            found: meta.workflow.clone(),
+        })
     }
 
     /// The run's durable log, in order; readable while the run runs.

@@ -72,6 +72,6 @@ mod workflow;
 pub use ctx::{Approval, Ctx, StepCtx};
 pub use error::{Error, Result};
 pub use host::{Host, HostBuilder, RunHandle, RunInfo, RunStatus};
-pub use reel_storage::{Event, Failure, Payload};
+pub use reel_storage::{Event, Failure, FjallStore, MemStore, Payload, Store};
 pub use uuid::Uuid;
 pub use workflow::{RetryPolicy, Workflow};

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::Counter;
-use reel::{Ctx, Error, Host, RunStatus, Workflow};
+use reel::{Approval, Ctx, Error, Host, RunStatus, Workflow};
 
 struct Echo;
 impl Workflow for Echo {
@@ -110,9 +110,24 @@ async fn bad_input_gets_typed_errors() -> anyhow::Result<()> {
         Err(Error::RunFinished("e-1".into()))
     );
 
-    // Reading a run as the wrong workflow type: its output does not decode.
+    // Reading a run as the wrong workflow type is refused by name, not decoded.
     let wrong = host.handle::<Other>("e-1");
-    assert!(matches!(wrong.result().await, Err(Error::Codec(_))));
+    match wrong.result().await {
+        Err(
+            ref e @ Error::WorkflowMismatch {
+                ref run_id,
+                ref expected,
+                ref found,
+            },
+        ) => {
+            assert_eq!(
+                (run_id.as_str(), expected.as_str(), found.as_str()),
+                ("e-1", "other", "echo")
+            );
+            assert!(e.to_string().contains("`echo`"), "{e}");
+        }
+        other => panic!("expected WorkflowMismatch, got {other:?}"),
+    }
 
     assert_eq!(host.start::<Other>("o-1", 7).await?.result().await?, 7);
     host.shutdown().await?;
@@ -181,6 +196,52 @@ async fn cancel_stops_a_waiting_run() -> anyhow::Result<()> {
             "RunCancelled"
         ]
     );
+    host.shutdown().await?;
+    Ok(())
+}
+
+/// Waits for a human decision.
+struct Review;
+impl Workflow for Review {
+    const NAME: &'static str = "review";
+    type Input = ();
+    type Output = bool;
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<bool> {
+        Ok(ctx.approval("boss").await?.approved)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserved_signal_names_are_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = Host::builder()
+        .path(dir.path())
+        .register(Review)
+        .build()
+        .await?;
+    let run = host.start::<Review>("r-1", ()).await?;
+    run.wait_until_suspended().await?;
+    // A plain signal cannot forge an approval.
+    let forged = Approval {
+        approved: true,
+        feedback: None,
+    };
+    match run.signal("approval:boss", &forged, "forged-1").await {
+        Err(ref e @ Error::ReservedName(ref name)) => {
+            assert_eq!(name, "approval:boss");
+            assert!(e.to_string().contains("approve"), "{e}");
+        }
+        other => panic!("expected ReservedName, got {other:?}"),
+    }
+    assert!(matches!(run.status().await?, RunStatus::Suspended { .. }));
+    assert!(
+        run.events()
+            .await?
+            .iter()
+            .all(|e| e.kind() != "SignalReceived")
+    );
+    run.approve("boss", false, Some("no".into())).await?;
+    assert!(!run.result().await?);
     host.shutdown().await?;
     Ok(())
 }

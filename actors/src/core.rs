@@ -1,5 +1,5 @@
 //! The host core: the live-run map, activation, routing of messages to run actors,
-//! recovery, result waiters and child-run links.
+//! recovery, parking and result waiters. Child-run links live in `children`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,8 +12,8 @@ use kameo::error::{ActorStopReason, SendError};
 use kameo::message::Message;
 use kameo::supervision::RestartPolicy;
 use reel_storage::{
-    Append, Event, Failure, ParentLink, Payload, RunMeta, RunState, StorageError, Store,
-    TimerEntry, check_run_id,
+    Append, CorruptRecord, Event, Failure, ParentLink, Payload, RunMeta, RunState, StorageError,
+    Store, TimerEntry, check_run_id,
 };
 use tokio::sync::{Semaphore, oneshot};
 
@@ -22,6 +22,10 @@ use crate::error::ActorError;
 use crate::run_actor::{Delivery, Resume, RunActor, RunArgs, StopRun};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
 use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
+
+mod children;
+
+pub use children::Services;
 
 /// Tuning of a [`Core`].
 #[derive(Clone, Debug)]
@@ -67,8 +71,10 @@ pub struct Core {
     live: tokio::sync::Mutex<HashMap<Arc<str>, ActorRef<RunActor>>>,
     actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,
     crash_messages: Mutex<HashMap<Arc<str>, String>>,
-    /// Parks that could not be written (the store refuses writes, e.g. a full disk):
-    /// reported by `meta` so waiters and `status()` still learn why the run stopped.
+    /// Parks known only in memory: the store refused to write them (a full disk), or
+    /// the run's index records are damaged. Reported by `meta` and `list` so waiters,
+    /// `status()` and `runs()` still learn why the run stopped; forgotten once a new
+    /// state of the run is written.
     unrecorded_parks: Mutex<HashMap<String, Failure>>,
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
@@ -93,6 +99,42 @@ fn spawn_supervisor(core: Weak<Core>) -> ActorRef<RunSupervisor> {
     RunSupervisor::spawn_with_mailbox(core, kameo::mailbox::unbounded())
 }
 
+/// The runs named by damaged records, each with the first damage found. A record
+/// that names no run is only logged: there is no run to report it on.
+fn corrupt_runs<'a>(records: impl Iterator<Item = &'a CorruptRecord>) -> HashMap<String, Failure> {
+    let mut runs = HashMap::new();
+    for record in records {
+        match (record.failure(), &record.run_id) {
+            (Some(failure), Some(run_id)) => {
+                tracing::error!(%run_id, %record, "reel: run parked: a record of it is corrupt");
+                runs.entry(run_id.clone()).or_insert(failure);
+            }
+            _ => tracing::error!(%record, "reel: corrupt record names no run; skipped"),
+        }
+    }
+    runs
+}
+
+/// What `runs()` lists for a run whose metadata record is damaged: parked with the
+/// damage, under the workflow and version its log starts with (if readable).
+fn stand_in_meta(store: &dyn Store, run_id: String, error: Failure) -> RunMeta {
+    let (workflow, version) = match store.read_log(&run_id).map(|log| log.into_iter().next()) {
+        Ok(Some(Event::RunStarted {
+            workflow, version, ..
+        })) => (workflow, version),
+        _ => ("<unreadable>".to_owned(), 0),
+    };
+    RunMeta {
+        run_id,
+        workflow,
+        version,
+        state: RunState::Parked { error },
+        created_at: 0,
+        updated_at: 0,
+        parent: None,
+    }
+}
+
 /// Runs `f` on the blocking pool: fjall calls stay off the async workers.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
@@ -102,64 +144,13 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| StorageError::Io(format!("blocking task failed: {e}")))?
 }
 
-/// Host services handed to the replay engine.
-#[derive(Clone)]
-pub struct Services(pub(crate) Weak<Core>);
+/// Prunes a run's waiters when a wait ends (its receiver is dropped first: locals
+/// drop in reverse order, and this guard is created before the receiver).
+struct PruneOnDrop<'a>(&'a Core, &'a str);
 
-impl Services {
-    /// Starts the child run (idempotent on its id) and arranges for its result to be
-    /// delivered to `parent`'s wait `wait_id`, also when it has already finished.
-    /// A child that cannot be started is delivered as a failed child.
-    pub async fn ensure_child(
-        &self,
-        parent: &str,
-        wait_id: &str,
-        workflow: &str,
-        version: u32,
-        child_run_id: &str,
-        input: Payload,
-    ) {
-        let Some(core) = self.0.upgrade() else { return };
-        let link = ParentLink {
-            run_id: parent.to_owned(),
-            wait_id: wait_id.to_owned(),
-        };
-        // Subscribe before looking, so a completion in between is not missed.
-        {
-            let mut subs = core
-                .child_subscribers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let list = subs.entry(child_run_id.to_owned()).or_default();
-            if !list.contains(&link) {
-                list.push(link.clone());
-            }
-        }
-        let started = core
-            .start(workflow, version, child_run_id, input, Some(link.clone()))
-            .await;
-        let failure = match started {
-            Ok(_) => match core.meta(child_run_id).await {
-                Ok(Some(meta)) if meta.state.is_finished() => {
-                    core.unsubscribe(child_run_id, &link);
-                    core.notify_parents(&meta, std::iter::once(link));
-                    return;
-                }
-                Ok(_) => return,
-                Err(e) => Failure::Other(e.to_string()),
-            },
-            Err(ActorError::NotRegistered(f)) => f,
-            Err(ActorError::Shutdown) => return,
-            Err(e) => Failure::Other(e.to_string()),
-        };
-        core.unsubscribe(child_run_id, &link);
-        core.spawn_delivery(
-            parent.to_owned(),
-            Delivery::ChildDone {
-                wait_id: wait_id.to_owned(),
-                result: Err(failure),
-            },
-        );
+impl Drop for PruneOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.prune_waiters(self.1);
     }
 }
 
@@ -177,13 +168,27 @@ impl Core {
     ) -> Result<Arc<Core>, ActorError> {
         let scan = store.clone();
         let unfinished = blocking(move || scan.unfinished_runs()).await?;
+        let scan = store.clone();
+        let timers = blocking(move || scan.timers()).await?;
+        // A record that does not decode costs its run, not the store: that run is
+        // reported parked (from memory, its records left as found, so the next host
+        // reports it again) and neither resumed nor woken; every other run is.
+        let corrupt = corrupt_runs(unfinished.corrupt.iter().chain(&timers.corrupt));
+        let unfinished: Vec<RunMeta> = unfinished
+            .items
+            .into_iter()
+            .filter(|m| !corrupt.contains_key(&m.run_id))
+            .collect();
+        let timers: Vec<TimerEntry> = timers
+            .items
+            .into_iter()
+            .filter(|t| !corrupt.contains_key(&t.run_id))
+            .collect();
         // Parked runs get another chance with the code registered now: mark them
         // running before accepting work, so `result()` waits for the retry instead
         // of reporting the old parking error.
         // Likewise a suspended run whose timer came due while no host was running:
         // it is about to be woken, so it is reported as running.
-        let scan = store.clone();
-        let timers = blocking(move || scan.timers()).await?;
         let now = now_ms();
         let due: std::collections::HashSet<&str> = timers
             .iter()
@@ -232,7 +237,7 @@ impl Core {
                 live: tokio::sync::Mutex::new(HashMap::new()),
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),
-                unrecorded_parks: Mutex::new(HashMap::new()),
+                unrecorded_parks: Mutex::new(corrupt),
                 supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
                 retired_supervisors: Mutex::new(Vec::new()),
                 timers,
@@ -333,7 +338,13 @@ impl Core {
                     .meta(run_id)
                     .await?
                     .ok_or_else(|| ActorError::UnknownRun(run_id.to_owned()))?;
-                return Core::existing(existing, workflow);
+                let started = Core::existing(&existing, workflow)?;
+                // An earlier start landed but its caller heard it failed (a lost
+                // answer, a failed activation): nobody runs it yet, so this one does.
+                if existing.state == RunState::Running && !self.is_live(run_id).await {
+                    self.deliver(run_id, Resume).await?;
+                }
+                return Ok(started);
             }
             Err(e) => return Err(e.into()),
         }
@@ -354,15 +365,23 @@ impl Core {
         Ok(Started::Created)
     }
 
-    fn existing(existing: RunMeta, workflow: &str) -> Result<Started, ActorError> {
+    fn existing(existing: &RunMeta, workflow: &str) -> Result<Started, ActorError> {
         if existing.workflow == workflow {
             Ok(Started::Existing)
         } else {
             Err(ActorError::RunExists {
-                run_id: existing.run_id,
-                workflow: existing.workflow,
+                run_id: existing.run_id.clone(),
+                workflow: existing.workflow.clone(),
             })
         }
+    }
+
+    async fn is_live(&self, run_id: &str) -> bool {
+        self.live
+            .lock()
+            .await
+            .get(run_id)
+            .is_some_and(|a| a.is_alive())
     }
 
     /// Number of runs with a live actor (not passivated).
@@ -378,28 +397,55 @@ impl Core {
         let store = self.store.clone();
         let id = run_id.to_owned();
         let mut meta = blocking(move || store.get_run(&id)).await?;
-        if let Some(m) = meta.as_mut()
-            && !m.state.is_finished()
-            && let Some(error) = self
-                .unrecorded_parks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(run_id)
-        {
-            m.state = RunState::Parked {
-                error: error.clone(),
-            };
+        if let Some(m) = meta.as_mut() {
+            self.apply_held_park(m);
         }
         Ok(meta)
     }
 
-    /// Every run's metadata.
+    /// Reports an unfinished run as parked if a park of it is held in memory.
+    fn apply_held_park(&self, meta: &mut RunMeta) {
+        if meta.state.is_finished() {
+            return;
+        }
+        if let Some(error) = self
+            .unrecorded_parks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&meta.run_id)
+        {
+            meta.state = RunState::Parked {
+                error: error.clone(),
+            };
+        }
+    }
+
+    /// Every run's metadata, ordered by run id. A run whose metadata record does not
+    /// decode is listed as parked with the damage (`Failure::Corrupt`), its workflow
+    /// and version read from its log when that can be read.
     ///
     /// # Errors
-    /// Storage errors.
+    /// Storage errors (I/O); a damaged record is not one.
     pub async fn list(&self) -> Result<Vec<RunMeta>, ActorError> {
         let store = self.store.clone();
-        Ok(blocking(move || store.list_runs()).await?)
+        let mut metas = blocking(move || {
+            let scan = store.list_runs()?;
+            let mut metas = scan.items;
+            for record in scan.corrupt {
+                let (Some(error), Some(run_id)) = (record.failure(), record.run_id.clone()) else {
+                    tracing::error!(%record, "reel: corrupt metadata record names no run; skipped");
+                    continue;
+                };
+                metas.push(stand_in_meta(&*store, run_id, error));
+            }
+            Ok(metas)
+        })
+        .await?;
+        for meta in &mut metas {
+            self.apply_held_park(meta);
+        }
+        metas.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok(metas)
     }
 
     /// A run's durable log, readable while the run runs.
@@ -505,9 +551,12 @@ impl Core {
         // match; otherwise the store is read after registering, which is the point
         // no later change can slip past.
         let mut notified: Option<RunMeta> = None;
+        // However this ends (returned, or dropped by a caller who stopped waiting),
+        // the sender registered for it goes, so abandoned waits do not pile up on a
+        // run that may never change state.
+        let _prune = PruneOnDrop(self, run_id);
         loop {
             if let Some(meta) = notified.take().filter(|m| pred(&m.state)) {
-                self.prune_waiters(run_id);
                 return Ok(meta);
             }
             let (tx, rx) = oneshot::channel();
@@ -527,8 +576,6 @@ impl Core {
                 Err(e) => Some(Err(e)),
             };
             if let Some(result) = settled {
-                drop(rx);
-                self.prune_waiters(run_id);
                 return result;
             }
             match rx.await {
@@ -538,8 +585,19 @@ impl Core {
         }
     }
 
-    /// Drops the senders of waiters that went away (returned early, or were dropped
-    /// by their caller), so the map does not grow with finished or unknown runs.
+    /// How many callers wait for a run's state to change (`result()`,
+    /// `wait_until_suspended()`), over all runs. For tests and metrics.
+    pub fn waiting_callers(&self) -> usize {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(Vec::len)
+            .sum()
+    }
+
+    /// Drops the senders of waiters that went away (returned, or were dropped by
+    /// their caller), so the map does not grow with finished, unknown or idle runs.
     fn prune_waiters(&self, run_id: &str) {
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(list) = waiters.get_mut(run_id) {
@@ -580,7 +638,12 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        self.store.close();
+        // Closing joins the writer thread and fsyncs: on the blocking pool, so the
+        // async workers (a single one, on a current-thread runtime) keep running.
+        let store = self.store.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || store.close()).await {
+            tracing::error!(error = %e, "reel: closing the store failed");
+        }
     }
 
     // ---- inside the crate ----
@@ -793,7 +856,21 @@ impl Core {
     }
 
     /// Marks a run parked (metadata only) and wakes its result waiters.
+    ///
+    /// The write is a compare-and-set on the log's next sequence number, read before
+    /// the run's state: a run that finished (or appended anything) in between is left
+    /// as it is, rather than put back into the active set to run again.
     pub(crate) async fn park(&self, run_id: &str, error: Failure) -> Result<(), ActorError> {
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        let next_seq = match blocking(move || store.next_seq(&id)).await {
+            Ok(seq) => seq,
+            Err(e) => {
+                self.record_unwritten_park(run_id, error);
+                self.notify_changed(run_id, None);
+                return Err(e.into());
+            }
+        };
         let Some(mut meta) = self.meta(run_id).await? else {
             return Ok(());
         };
@@ -808,29 +885,55 @@ impl Core {
             .store
             .submit(Append {
                 run_id: run_id.to_owned(),
-                meta: Some(meta),
+                expected_seq: Some(next_seq),
+                meta: Some(meta.clone()),
                 durable: true,
                 ..Append::default()
             })
             .await;
-        if written.is_err() {
-            self.record_unwritten_park(run_id, error);
-        }
-        self.notify_changed(run_id, None);
-        Ok(written?)
-    }
-
-    fn unsubscribe(&self, child_run_id: &str, link: &ParentLink) {
-        let mut subs = self
-            .child_subscribers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = subs.get_mut(child_run_id) {
-            list.retain(|l| l != link);
-            if list.is_empty() {
-                subs.remove(child_run_id);
+        match written {
+            Ok(()) => {
+                self.notify_changed(run_id, Some(&meta));
+                Ok(())
+            }
+            Err(StorageError::Conflict { .. }) => {
+                tracing::info!(
+                    run_id,
+                    "reel: run moved on while being parked; left as it is"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.record_unwritten_park(run_id, error);
+                self.notify_changed(run_id, None);
+                Err(e.into())
             }
         }
+    }
+
+    /// Parks a run whose log could not be loaded (`reason`): with `Failure::Corrupt`
+    /// naming the damaged record when the log is damaged, else with the reason.
+    pub(crate) async fn park_unreadable_log(
+        &self,
+        run_id: &str,
+        reason: &str,
+    ) -> Result<(), ActorError> {
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        let damage = match blocking(move || Ok(store.read_log(&id))).await? {
+            Err(e) => e.corruption(),
+            Ok(log) if !matches!(log.first(), Some(Event::RunStarted { .. })) => {
+                StorageError::Corrupt {
+                    run_id: run_id.to_owned(),
+                    seq: 0,
+                    reason: reason.to_owned(),
+                }
+                .corruption()
+            }
+            Ok(_) => None,
+        };
+        let failure = damage.unwrap_or_else(|| Failure::Other(format!("unreadable log: {reason}")));
+        self.park(run_id, failure).await
     }
 
     /// Remembers a park the store refused, so it is still reported.
@@ -844,6 +947,13 @@ impl Core {
     /// Wakes the run's waiters, handing them the new state when the caller knows it
     /// was written.
     pub(crate) fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
+        if meta.is_some() {
+            // A new state of the run is on disk: a park held in memory is stale.
+            self.unrecorded_parks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(run_id);
+        }
         let waiters = self
             .waiters
             .lock()
@@ -865,42 +975,5 @@ impl Core {
             .unwrap_or_default();
         let parents = meta.parent.iter().cloned().chain(subscribers);
         self.notify_parents(meta, parents);
-    }
-
-    fn notify_parents(&self, meta: &RunMeta, parents: impl Iterator<Item = ParentLink>) {
-        let mut parents: Vec<ParentLink> = parents.collect();
-        parents.sort_by(|a, b| (&a.run_id, &a.wait_id).cmp(&(&b.run_id, &b.wait_id)));
-        parents.dedup();
-        if parents.is_empty() {
-            return;
-        }
-        let Some(core) = self.me.upgrade() else {
-            return;
-        };
-        let child = meta.clone();
-        tokio::spawn(async move {
-            let result = match &child.state {
-                RunState::Completed => match core.last_event(&child.run_id).await {
-                    Ok(Some(Event::RunCompleted { output })) => Ok(output),
-                    Ok(other) => Err(Failure::Other(format!(
-                        "child `{}` has no result ({other:?})",
-                        child.run_id
-                    ))),
-                    Err(e) => Err(Failure::Other(e.to_string())),
-                },
-                RunState::Failed { error } => Err(error.clone()),
-                RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),
-                _ => return,
-            };
-            for p in parents {
-                core.spawn_delivery(
-                    p.run_id,
-                    Delivery::ChildDone {
-                        wait_id: p.wait_id,
-                        result: result.clone(),
-                    },
-                );
-            }
-        });
     }
 }

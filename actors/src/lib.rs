@@ -15,7 +15,8 @@
 //! - `engine`: the seam to the replay engine: [`Engine`], [`Registry`],
 //!   [`Execution`], [`Outcome`].
 //! - `journal`: [`Journal`], a run's append handle (sequence numbers, timer index).
-//! - `core`: [`Core`], the live-run map, routing, recovery, waiters, child links.
+//! - `core`: [`Core`], the live-run map, routing, recovery, parking, waiters;
+//!   `core::children`: child-run links ([`Services`]) and child-cycle checks.
 //! - `run_actor`: the per-run actor.
 //! - `supervisor`: rotating kameo supervisors that park crash-looping runs.
 //! - `timers`: the timer service actor.

@@ -122,11 +122,7 @@ impl Actor for RunActor {
         };
         if let Some(reason) = &broken {
             tracing::error!(run_id = %args.run_id, %reason, "reel: run log unreadable; parked");
-            core.park(
-                &args.run_id,
-                Failure::Other(format!("unreadable log: {reason}")),
-            )
-            .await?;
+            core.park_unreadable_log(&args.run_id, reason).await?;
         }
         let engine = core.registry.lookup(&meta.workflow, meta.version);
         let journal = Journal::new(
@@ -440,6 +436,9 @@ impl RunActor {
                 if self.has_event(
                     |e| matches!(e, Event::SignalReceived { signal_id: s, .. } if *s == signal_id),
                 ) {
+                    // Already recorded (a retried send whose first answer was lost):
+                    // make sure an execution will see it.
+                    self.begin(&me, false).await;
                     return Ok(());
                 }
                 self.append_wake(
@@ -453,14 +452,20 @@ impl RunActor {
                 .await?;
             }
             Delivery::Timer(entry) => {
-                let settled = self.has_event(|e| {
-                    matches!(e, Event::TimerFired { id } | Event::TimerCancelled { id }
-                        if *id == entry.timer_id)
-                });
-                if finished || settled {
+                let fired = self
+                    .has_event(|e| matches!(e, Event::TimerFired { id } if *id == entry.timer_id));
+                let cancelled = self.has_event(
+                    |e| matches!(e, Event::TimerCancelled { id } if *id == entry.timer_id),
+                );
+                if finished || fired || cancelled {
                     self.journal
                         .append_with(Vec::new(), None, vec![entry], false)
                         .await?;
+                    if fired {
+                        // Recorded by a delivery whose answer was lost: make sure an
+                        // execution sees it. A cancelled timer wakes nothing.
+                        self.begin(&me, false).await;
+                    }
                     return Ok(());
                 }
                 let id = entry.timer_id.clone();
@@ -473,6 +478,7 @@ impl RunActor {
                         |e| matches!(e, Event::ChildCompleted { id, .. } if *id == wait_id),
                     )
                 {
+                    self.begin(&me, false).await;
                     return Ok(());
                 }
                 self.append_wake(

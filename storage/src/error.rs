@@ -1,5 +1,7 @@
 //! The storage error type.
 
+use crate::Failure;
+
 /// Everything that can go wrong below the replay engine.
 ///
 /// [`StorageError::is_retryable`] tells whether trying again can help; a corrupt or
@@ -19,8 +21,8 @@ pub enum StorageError {
         /// The log's actual next sequence number.
         actual: u64,
     },
-    /// A record could not be decoded: the store is damaged.
-    #[error("corrupt record in run `{run_id}` at sequence {seq}: {reason}")]
+    /// A log record could not be decoded, or one is missing: the store is damaged.
+    #[error("corrupt record in keyspace `log` of run `{run_id}` at sequence {seq}: {reason}")]
     Corrupt {
         /// The run.
         run_id: String,
@@ -29,6 +31,9 @@ pub enum StorageError {
         /// The decoder's message.
         reason: String,
     },
+    /// A metadata, active-set or timer-index record could not be decoded.
+    #[error("{0}")]
+    CorruptRecord(crate::CorruptRecord),
     /// The store was written by an incompatible reel format.
     #[error("store format `{found}` is not supported by this reel (expects `{expected}`)")]
     IncompatibleFormat {
@@ -55,6 +60,28 @@ impl StorageError {
     /// Whether retrying the same operation later can succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, StorageError::Conflict { .. } | StorageError::Io(_))
+    }
+
+    /// The failure a run is parked with when reading it meets this error, if the
+    /// error is a damaged record of that run.
+    pub fn corruption(&self) -> Option<Failure> {
+        match self {
+            StorageError::Corrupt {
+                run_id,
+                seq,
+                reason,
+            } => Some(Failure::Corrupt {
+                keyspace: "log".to_owned(),
+                run_id: run_id.clone(),
+                seq: Some(*seq),
+                key: crate::keys::log_key(run_id, *seq)
+                    .escape_ascii()
+                    .to_string(),
+                reason: reason.clone(),
+            }),
+            StorageError::CorruptRecord(r) => r.failure(),
+            _ => None,
+        }
     }
 }
 

@@ -6,6 +6,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::StorageError;
 
+/// How deep the records' MessagePack may nest. Events and run metadata nest less
+/// than ten levels; the decoders' default (1,024) lets a damaged record of nested
+/// one-byte array headers recurse deep enough to overflow a 2 MiB thread stack (the
+/// blocking pool's), which aborts the process instead of reporting one bad record.
+const MAX_RECORD_DEPTH: usize = 32;
+
+/// Decodes one record, nesting at most [`MAX_RECORD_DEPTH`] levels.
+pub(crate) fn from_msgpack<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<T, rmp_serde::decode::Error> {
+    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    de.set_max_depth(MAX_RECORD_DEPTH);
+    T::deserialize(&mut de)
+}
+
 /// An opaque MessagePack value written by the layer above (workflow input, step
 /// output, signal payload, recorded value).
 ///
@@ -24,7 +39,7 @@ impl Payload {
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut slice = self.0.as_slice();
-        match rmpv::decode::read_value(&mut slice) {
+        match rmpv::decode::read_value_with_max_depth(&mut slice, MAX_RECORD_DEPTH) {
             Ok(value) if slice.is_empty() => write!(f, "{value}"),
             _ => write!(f, "<{} bytes>", self.0.len()),
         }
@@ -71,6 +86,26 @@ pub enum Failure {
     Crashed(String),
     /// Any other error returned by the handler, as its display text.
     Other(String),
+    /// A record of the run could not be decoded: the store is damaged there. The run
+    /// is parked; every other run goes on.
+    Corrupt {
+        /// The keyspace holding the record: `log`, `runs`, `active` or `timers`.
+        keyspace: String,
+        /// The run.
+        run_id: String,
+        /// The record's sequence number, for a log record.
+        seq: Option<u64>,
+        /// The record's key, printable ASCII as is and other bytes as `\xNN`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Waiting on this child would close a cycle of runs waiting on each other (a
+    /// run whose child id is its own, or a chain of children back to an ancestor).
+    ChildCycle {
+        /// The runs, each waiting on the next: the caller first and last.
+        cycle: Vec<String>,
+    },
 }
 
 impl fmt::Display for Failure {
@@ -96,6 +131,28 @@ impl fmt::Display for Failure {
             Failure::Codec(m) => write!(f, "codec error: {m}"),
             Failure::Crashed(m) => write!(f, "handler crashed repeatedly: {m}"),
             Failure::Other(m) => f.write_str(m),
+            Failure::Corrupt {
+                keyspace,
+                run_id,
+                seq,
+                key,
+                reason,
+            } => {
+                write!(
+                    f,
+                    "corrupt record in keyspace `{keyspace}` of run `{run_id}`"
+                )?;
+                match seq {
+                    Some(seq) => write!(f, " at sequence {seq}")?,
+                    None => write!(f, " (key `{key}`)")?,
+                }
+                write!(f, ": {reason}")
+            }
+            Failure::ChildCycle { cycle } => write!(
+                f,
+                "child runs would wait on each other for ever: {}",
+                cycle.join(" → ")
+            ),
         }
     }
 }
@@ -281,7 +338,7 @@ impl Event {
     /// # Errors
     /// [`StorageError::Corrupt`] naming the run and sequence number.
     pub fn decode(bytes: &[u8], run_id: &str, seq: u64) -> Result<Event, StorageError> {
-        rmp_serde::from_slice(bytes).map_err(|e| StorageError::Corrupt {
+        from_msgpack(bytes).map_err(|e| StorageError::Corrupt {
             run_id: run_id.to_owned(),
             seq,
             reason: e.to_string(),

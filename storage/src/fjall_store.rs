@@ -19,8 +19,9 @@ use std::thread::JoinHandle;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use tokio::sync::oneshot;
 
+use crate::keys::{encode_timer_key, log_key, log_prefix, seq_of};
 use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
-use crate::{Event, RunMeta, StorageError, TimerEntry};
+use crate::{Event, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
 
 /// The on-disk format this build writes and reads.
 ///
@@ -107,59 +108,8 @@ pub fn check_run_id(run_id: &str) -> Result<()> {
     Ok(())
 }
 
-fn log_prefix(run_id: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(run_id.len() + 9);
-    k.extend_from_slice(run_id.as_bytes());
-    k.push(0);
-    k
-}
-
-fn log_key(run_id: &str, seq: u64) -> Vec<u8> {
-    let mut k = log_prefix(run_id);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
-}
-
-fn seq_of(run_id: &str, key: &[u8]) -> Result<u64> {
-    let tail = key.get(run_id.len() + 1..).unwrap_or_default();
-    let bytes: [u8; 8] = tail.try_into().map_err(|_| StorageError::Corrupt {
-        run_id: run_id.to_owned(),
-        seq: 0,
-        reason: format!("malformed log key of {} bytes", key.len()),
-    })?;
-    Ok(u64::from_be_bytes(bytes))
-}
-
-fn timer_key(t: &TimerEntry) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + t.run_id.len() + 1 + t.timer_id.len());
-    k.extend_from_slice(&t.fire_at.to_be_bytes());
-    k.extend_from_slice(t.run_id.as_bytes());
-    k.push(0);
-    k.extend_from_slice(t.timer_id.as_bytes());
-    k
-}
-
-fn parse_timer_key(k: &[u8]) -> Option<TimerEntry> {
-    let fire_at = u64::from_be_bytes(k.get(..8)?.try_into().ok()?);
-    let rest = k.get(8..)?;
-    let nul = rest.iter().position(|b| *b == 0)?;
-    Some(TimerEntry {
-        fire_at,
-        run_id: String::from_utf8(rest.get(..nul)?.to_vec()).ok()?,
-        timer_id: String::from_utf8(rest.get(nul + 1..)?.to_vec()).ok()?,
-    })
-}
-
-fn decode_meta(run_id: &[u8], bytes: &[u8]) -> Result<RunMeta> {
-    rmp_serde::from_slice(bytes).map_err(|e| StorageError::Corrupt {
-        run_id: String::from_utf8_lossy(run_id).into_owned(),
-        seq: 0,
-        reason: format!("run metadata: {e}"),
-    })
-}
-
-fn encode_meta(meta: &RunMeta) -> Result<Vec<u8>> {
-    rmp_serde::to_vec(meta).map_err(|e| StorageError::Encode(e.to_string()))
+fn decode_meta(keyspace: &str, run_id: &[u8], bytes: &[u8]) -> Result<RunMeta> {
+    RunMeta::decode(keyspace, run_id, bytes).map_err(StorageError::CorruptRecord)
 }
 
 impl FjallStore {
@@ -255,14 +205,14 @@ impl FjallStore {
             .map(Event::encode)
             .collect::<Result<Vec<_>>>()?;
         let meta = match &append.meta {
-            Some(m) => Some((encode_meta(m)?, m.state.is_finished())),
+            Some(m) => Some((m.encode()?, m.state.is_finished())),
             None => None,
         };
         Ok(Encoded {
             records,
             meta,
-            add_timers: append.add_timers.iter().map(timer_key).collect(),
-            remove_timers: append.remove_timers.iter().map(timer_key).collect(),
+            add_timers: append.add_timers.iter().map(encode_timer_key).collect(),
+            remove_timers: append.remove_timers.iter().map(encode_timer_key).collect(),
             expected_seq: append.expected_seq,
             durable: append.durable,
             run_id: append.run_id,
@@ -316,6 +266,14 @@ impl LogReader for FjallStore {
         let seq = seq_of(run_id, &key)?;
         Ok(Some((seq, Event::decode(&value, run_id, seq)?)))
     }
+
+    fn next_seq(&self, run_id: &str) -> Result<u64> {
+        let ks = self.keyspaces()?;
+        match ks.log.prefix(log_prefix(run_id)).next_back() {
+            Some(g) => Ok(seq_of(run_id, &g.key()?)? + 1),
+            None => Ok(0),
+        }
+    }
 }
 
 impl MetaReader for FjallStore {
@@ -323,44 +281,52 @@ impl MetaReader for FjallStore {
         let ks = self.keyspaces()?;
         ks.runs
             .get(run_id)?
-            .map(|v| decode_meta(run_id.as_bytes(), &v))
+            .map(|v| decode_meta("runs", run_id.as_bytes(), &v))
             .transpose()
     }
 
-    fn list_runs(&self) -> Result<Vec<RunMeta>> {
+    fn list_runs(&self) -> Result<Scan<RunMeta>> {
         let ks = self.keyspaces()?;
-        scan_meta(&ks.runs)
+        scan_meta("runs", &ks.runs)
     }
 
-    fn unfinished_runs(&self) -> Result<Vec<RunMeta>> {
+    fn unfinished_runs(&self) -> Result<Scan<RunMeta>> {
         let ks = self.keyspaces()?;
-        scan_meta(&ks.active)
+        scan_meta("active", &ks.active)
     }
 }
 
-fn scan_meta(ks: &Keyspace) -> Result<Vec<RunMeta>> {
-    ks.iter()
-        .map(|g| {
-            let (k, v) = g.into_inner()?;
-            decode_meta(&k, &v)
-        })
-        .collect()
+/// Decodes every record of a metadata keyspace; one that does not decode is reported,
+/// not fatal (an I/O error still is: the scan cannot say what it missed).
+fn scan_meta(name: &str, ks: &Keyspace) -> Result<Scan<RunMeta>> {
+    let mut scan = Scan::default();
+    for g in ks.iter() {
+        let (k, v) = g.into_inner()?;
+        match RunMeta::decode(name, &k, &v) {
+            Ok(meta) => scan.items.push(meta),
+            Err(bad) => {
+                tracing::error!(record = %bad, "reel: skipping a corrupt metadata record");
+                scan.corrupt.push(bad);
+            }
+        }
+    }
+    Ok(scan)
 }
 
 impl TimerReader for FjallStore {
-    fn timers(&self) -> Result<Vec<TimerEntry>> {
+    fn timers(&self) -> Result<Scan<TimerEntry>> {
         let ks = self.keyspaces()?;
-        ks.timers
-            .iter()
-            .map(|g| {
-                let key = g.key()?;
-                parse_timer_key(&key).ok_or_else(|| StorageError::Corrupt {
-                    run_id: String::new(),
-                    seq: 0,
-                    reason: format!("malformed timer key {key:?}"),
-                })
-            })
-            .collect()
+        let mut scan = Scan::default();
+        for g in ks.timers.iter() {
+            match decode_timer_key(&g.key()?) {
+                Ok(t) => scan.items.push(t),
+                Err(bad) => {
+                    tracing::error!(record = %bad, "reel: skipping a corrupt timer key");
+                    scan.corrupt.push(bad);
+                }
+            }
+        }
+        Ok(scan)
     }
 }
 

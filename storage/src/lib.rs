@@ -15,19 +15,30 @@
 //! - `store`: the narrow traits ([`LogWriter`], [`LogReader`], [`MetaReader`],
 //!   [`TimerReader`], [`Store`]) and the write unit [`Append`] with its [`Ticket`].
 //! - `fjall_store`: [`FjallStore`], the fjall backend and its group-commit writer.
+//! - `keys`: the key layout of the keyspaces and its decoders
+//!   ([`encode_timer_key`], [`decode_timer_key`]).
+//! - `scan`: [`Scan`] and [`CorruptRecord`]: scans return the good records and report
+//!   the damaged ones, so one bad record harms one run.
 //! - `mem_store`: [`MemStore`], an in-memory backend with the same contract (tests).
+//! - [`testing`]: [`FaultStore`](testing::FaultStore), a wrapper that injects faults
+//!   (for tests of the layers above).
 //! - `error`: [`StorageError`].
 
 mod error;
 mod event;
 mod fjall_store;
+mod keys;
 mod mem_store;
 mod meta;
+mod scan;
 mod store;
+pub mod testing;
 
 pub use error::StorageError;
 pub use event::{Event, Failure, Payload};
 pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};
+pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;
 pub use meta::{ParentLink, RunMeta, RunState, TimerEntry};
+pub use scan::{CorruptRecord, Scan};
 pub use store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};

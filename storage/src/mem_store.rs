@@ -1,12 +1,13 @@
 //! An in-memory [`Store`]: the same contract as the fjall backend (compare-and-set
 //! appends, atomic batches, ordered reads), no durability. For tests of workflows
-//! and of the layers above storage; nothing above the traits changes for it.
+//! and of the layers above storage; nothing above the traits changes for it. Nothing
+//! is encoded, so its scans never report corrupt records.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
-use crate::{Event, RunMeta, StorageError, TimerEntry};
+use crate::{Event, RunMeta, Scan, StorageError, TimerEntry};
 
 #[derive(Default)]
 struct State {
@@ -91,6 +92,10 @@ impl LogReader for MemStore {
                 .and_then(|l| l.last().map(|e| (l.len() as u64 - 1, e.clone())))
         })
     }
+
+    fn next_seq(&self, run_id: &str) -> Result<u64> {
+        self.read(|st| st.logs.get(run_id).map_or(0, |l| l.len() as u64))
+    }
 }
 
 impl MetaReader for MemStore {
@@ -98,24 +103,26 @@ impl MetaReader for MemStore {
         self.read(|st| st.runs.get(run_id).cloned())
     }
 
-    fn list_runs(&self) -> Result<Vec<RunMeta>> {
-        self.read(|st| st.runs.values().cloned().collect())
+    fn list_runs(&self) -> Result<Scan<RunMeta>> {
+        self.read(|st| Scan::clean(st.runs.values().cloned().collect()))
     }
 
-    fn unfinished_runs(&self) -> Result<Vec<RunMeta>> {
+    fn unfinished_runs(&self) -> Result<Scan<RunMeta>> {
         self.read(|st| {
-            st.runs
-                .values()
-                .filter(|m| !m.state.is_finished())
-                .cloned()
-                .collect()
+            Scan::clean(
+                st.runs
+                    .values()
+                    .filter(|m| !m.state.is_finished())
+                    .cloned()
+                    .collect(),
+            )
         })
     }
 }
 
 impl TimerReader for MemStore {
-    fn timers(&self) -> Result<Vec<TimerEntry>> {
-        self.read(|st| st.timers.iter().cloned().collect())
+    fn timers(&self) -> Result<Scan<TimerEntry>> {
+        self.read(|st| Scan::clean(st.timers.iter().cloned().collect()))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Failure;
+use crate::{CorruptRecord, Failure, StorageError};
 
 /// Where a run stands, as kept in the metadata keyspace.
 #[non_exhaustive]
@@ -74,6 +74,46 @@ pub struct RunMeta {
     pub updated_at: u64,
     /// Set when the run was started as a child of another run.
     pub parent: Option<ParentLink>,
+}
+
+impl RunMeta {
+    /// Encodes the record as MessagePack.
+    ///
+    /// # Errors
+    /// [`StorageError::Encode`] if serialization fails (it cannot for this type, but
+    /// the encoder's contract allows it).
+    pub fn encode(&self) -> Result<Vec<u8>, StorageError> {
+        rmp_serde::to_vec(self).map_err(|e| StorageError::Encode(e.to_string()))
+    }
+
+    /// Decodes a record stored in `keyspace` (`runs` or `active`) under `key`, which
+    /// must be the run id the record names.
+    ///
+    /// # Errors
+    /// A [`CorruptRecord`] naming the keyspace, the run (when the key is a readable
+    /// run id) and what is wrong: bytes that do not decode, or a record filed under
+    /// another run's key.
+    pub fn decode(keyspace: &str, key: &[u8], bytes: &[u8]) -> Result<RunMeta, CorruptRecord> {
+        let corrupt = |reason: String| CorruptRecord {
+            keyspace: keyspace.to_owned(),
+            run_id: std::str::from_utf8(key)
+                .ok()
+                .filter(|k| crate::check_run_id(k).is_ok())
+                .map(str::to_owned),
+            seq: None,
+            key: key.to_vec(),
+            reason,
+        };
+        let meta: RunMeta =
+            crate::event::from_msgpack(bytes).map_err(|e| corrupt(format!("run metadata: {e}")))?;
+        if meta.run_id.as_bytes() != key {
+            return Err(corrupt(format!(
+                "record of run `{}` filed under another key",
+                meta.run_id
+            )));
+        }
+        Ok(meta)
+    }
 }
 
 /// One entry of the due-time index.

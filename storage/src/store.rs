@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use crate::{Event, RunMeta, StorageError, TimerEntry, check_run_id};
+use crate::{Event, RunMeta, Scan, StorageError, TimerEntry, check_run_id};
 
 /// Result alias of this crate.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -41,9 +41,18 @@ impl Append {
     /// [`StorageError::InvalidRunId`] for the run or a timer entry (a timer key is
     /// due time ++ run id ++ NUL ++ timer id: a run id with a NUL would read back as
     /// another run's timer); [`StorageError::Encode`] for events without an expected
-    /// sequence number.
+    /// sequence number or for metadata of another run.
     pub fn validate(&self) -> Result<()> {
         check_run_id(&self.run_id)?;
+        if let Some(meta) = &self.meta
+            && meta.run_id != self.run_id
+        {
+            // It would be filed under this run's key and read back as corrupt.
+            return Err(StorageError::Encode(format!(
+                "metadata of run `{}` in an append to run `{}`",
+                meta.run_id, self.run_id
+            )));
+        }
         for t in self.add_timers.iter().chain(&self.remove_timers) {
             check_run_id(&t.run_id)?;
         }
@@ -114,6 +123,15 @@ pub trait LogReader: Send + Sync {
     /// # Errors
     /// As [`LogReader::read_log`].
     fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>>;
+
+    /// The sequence number the run's next event gets (0 for an unknown run). Reads
+    /// keys only, so it answers for a run whose records do not decode: a
+    /// compare-and-set on it (an [`Append`] with `expected_seq` and no events) is how
+    /// a metadata change is made conditional on the log not having moved.
+    ///
+    /// # Errors
+    /// I/O, or [`StorageError::Corrupt`] for a malformed key.
+    fn next_seq(&self, run_id: &str) -> Result<u64>;
 }
 
 /// Reads run metadata.
@@ -121,29 +139,34 @@ pub trait MetaReader: Send + Sync {
     /// One run's metadata.
     ///
     /// # Errors
-    /// I/O or a corrupt record.
+    /// I/O, or [`StorageError::CorruptRecord`] when the record does not decode.
     fn get_run(&self, run_id: &str) -> Result<Option<RunMeta>>;
 
-    /// Every run's metadata, ordered by run id.
+    /// Every run's metadata, ordered by run id. A record that does not decode is
+    /// reported in [`Scan::corrupt`] (keyspace `runs`), not an error.
     ///
     /// # Errors
-    /// I/O or a corrupt record.
-    fn list_runs(&self) -> Result<Vec<RunMeta>>;
+    /// I/O.
+    fn list_runs(&self) -> Result<Scan<RunMeta>>;
 
-    /// The runs that have not finished, without touching finished ones or any log.
+    /// The runs that have not finished, without touching finished ones or any log. A
+    /// record that does not decode is reported in [`Scan::corrupt`] (keyspace
+    /// `active`), not an error.
     ///
     /// # Errors
-    /// I/O or a corrupt record.
-    fn unfinished_runs(&self) -> Result<Vec<RunMeta>>;
+    /// I/O.
+    fn unfinished_runs(&self) -> Result<Scan<RunMeta>>;
 }
 
 /// Reads the due-time index.
 pub trait TimerReader: Send + Sync {
-    /// Every pending timer, in due-time order.
+    /// Every pending timer, in due-time order. A malformed key is reported in
+    /// [`Scan::corrupt`] (keyspace `timers`, with its run when the key names one),
+    /// not an error.
     ///
     /// # Errors
-    /// I/O or a corrupt key.
-    fn timers(&self) -> Result<Vec<TimerEntry>>;
+    /// I/O.
+    fn timers(&self) -> Result<Scan<TimerEntry>>;
 }
 
 /// A complete backend: what the actors layer needs.

@@ -86,8 +86,14 @@ async fn wrong_expected_seq_on_fresh_run_is_refused() {
     assert!(store.read_log("fresh").expect("read_log").is_empty());
     assert_eq!(store.last_event("fresh").expect("last_event"), None);
     assert_eq!(store.get_run("fresh").expect("get_run"), None);
-    assert!(store.unfinished_runs().expect("unfinished").is_empty());
-    assert!(store.timers().expect("timers").is_empty());
+    assert!(
+        store
+            .unfinished_runs()
+            .expect("unfinished")
+            .items
+            .is_empty()
+    );
+    assert!(store.timers().expect("timers").items.is_empty());
 
     // The right sequence number still works afterwards.
     store
@@ -151,6 +157,7 @@ async fn concurrent_writers_with_same_expected_seq_one_wins() {
         let timers: Vec<TimerEntry> = store
             .timers()
             .expect("timers")
+            .items
             .into_iter()
             .filter(|t| t.run_id == run)
             .collect();
@@ -199,7 +206,7 @@ async fn stale_writer_after_acknowledged_append_is_refused() {
         vec![started(), step("s1")]
     );
     assert_eq!(store.get_run(run).expect("get_run"), None);
-    assert!(store.timers().expect("timers").is_empty());
+    assert!(store.timers().expect("timers").items.is_empty());
 
     // Still refused after a reopen (the check reads the log, not only a cache).
     store.close();
@@ -295,6 +302,7 @@ async fn stale_writer_behind_finishing_writer_in_same_batch_is_refused() {
             store
                 .unfinished_runs()
                 .expect("unfinished")
+                .items
                 .iter()
                 .all(|m| m.run_id != run)
         );

@@ -126,14 +126,14 @@ async fn concurrent_appenders_all_land_in_order_with_meta_and_timers() {
         assert_eq!(m.state.is_finished(), task % 4 == 0, "{run}: {:?}", m.state);
     }
 
-    let all = store.list_runs().expect("list_runs");
+    let all = store.list_runs().expect("list_runs").items;
     assert_eq!(all.len(), TASKS);
     assert!(
         all.windows(2).all(|w| w[0].run_id < w[1].run_id),
         "ordered by run id"
     );
 
-    let unfinished = store.unfinished_runs().expect("unfinished_runs");
+    let unfinished = store.unfinished_runs().expect("unfinished_runs").items;
     assert_eq!(unfinished.len(), TASKS - TASKS / 4);
     assert!(unfinished.iter().all(|m| !m.state.is_finished()));
     assert!(
@@ -143,7 +143,7 @@ async fn concurrent_appenders_all_land_in_order_with_meta_and_timers() {
 
     // One timer per unfinished run (each append replaced the previous one), the
     // finished runs' timers removed, all sorted by due time.
-    let timers = store.timers().expect("timers");
+    let timers = store.timers().expect("timers").items;
     let mut expected: Vec<TimerEntry> = (0..TASKS)
         .filter(|task| task % 4 != 0)
         .map(|task| timer(&format!("run-{task:04}"), "t", fire_at(task, APPENDS - 1)))
@@ -224,17 +224,17 @@ async fn meta_and_timer_changes_land_with_the_events() {
 
     let ids = |metas: Vec<RunMeta>| metas.into_iter().map(|m| m.run_id).collect::<Vec<_>>();
     assert_eq!(
-        ids(store.unfinished_runs().expect("unfinished")),
+        ids(store.unfinished_runs().expect("unfinished").items),
         ["a", "b"]
     );
-    assert_eq!(ids(store.list_runs().expect("list")), ["a", "b", "c"]);
+    assert_eq!(ids(store.list_runs().expect("list").items), ["a", "b", "c"]);
     assert_eq!(
         store.get_run("c").expect("get_run").map(|m| m.state),
         Some(RunState::Completed)
     );
     assert_eq!(store.get_run("zzz").expect("get_run"), None);
     assert_eq!(
-        store.timers().expect("timers"),
+        store.timers().expect("timers").items,
         [
             timer("b", "t2", 100),
             timer("b", "t1", 200),
@@ -256,7 +256,7 @@ async fn meta_and_timer_changes_land_with_the_events() {
         .await
         .expect("b fires");
     assert_eq!(
-        store.timers().expect("timers"),
+        store.timers().expect("timers").items,
         [timer("b", "t1", 200), timer("a", "sleep", 300)]
     );
     assert_eq!(
@@ -286,8 +286,14 @@ async fn meta_and_timer_changes_land_with_the_events() {
         })
         .await
         .expect("a fails");
-    assert_eq!(ids(store.unfinished_runs().expect("unfinished")), ["b"]);
-    assert_eq!(store.timers().expect("timers"), [timer("b", "t1", 200)]);
+    assert_eq!(
+        ids(store.unfinished_runs().expect("unfinished").items),
+        ["b"]
+    );
+    assert_eq!(
+        store.timers().expect("timers").items,
+        [timer("b", "t1", 200)]
+    );
 
     // A metadata-only write (no events, no sequence number) is allowed too.
     store
@@ -306,17 +312,29 @@ async fn meta_and_timer_changes_land_with_the_events() {
         })
         .await
         .expect("b meta only");
-    assert!(store.unfinished_runs().expect("unfinished").is_empty());
-    assert!(store.timers().expect("timers").is_empty());
+    assert!(
+        store
+            .unfinished_runs()
+            .expect("unfinished")
+            .items
+            .is_empty()
+    );
+    assert!(store.timers().expect("timers").items.is_empty());
     assert_eq!(store.read_log("b").expect("read_log").len(), 4);
 
     // The same after a reopen.
     store.close();
     drop(store);
     let store = FjallStore::open(dir.path()).expect("reopen");
-    assert!(store.unfinished_runs().expect("unfinished").is_empty());
-    assert!(store.timers().expect("timers").is_empty());
-    assert_eq!(ids(store.list_runs().expect("list")), ["a", "b", "c"]);
+    assert!(
+        store
+            .unfinished_runs()
+            .expect("unfinished")
+            .items
+            .is_empty()
+    );
+    assert!(store.timers().expect("timers").items.is_empty());
+    assert_eq!(ids(store.list_runs().expect("list").items), ["a", "b", "c"]);
     assert_eq!(
         store.get_run("a").expect("get_run").map(|m| m.updated_at),
         Some(3)

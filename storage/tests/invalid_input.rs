@@ -39,9 +39,15 @@ fn append(run: &str) -> Append {
 }
 
 fn assert_nothing_written(store: &FjallStore) {
-    assert!(store.list_runs().expect("list_runs").is_empty());
-    assert!(store.unfinished_runs().expect("unfinished").is_empty());
-    assert!(store.timers().expect("timers").is_empty());
+    assert!(store.list_runs().expect("list_runs").items.is_empty());
+    assert!(
+        store
+            .unfinished_runs()
+            .expect("unfinished")
+            .items
+            .is_empty()
+    );
+    assert!(store.timers().expect("timers").items.is_empty());
 }
 
 #[tokio::test]
@@ -112,8 +118,8 @@ async fn events_without_expected_seq_are_refused() {
     a.expected_seq = None;
     a.events.clear();
     store.submit(a).await.expect("meta-only write");
-    assert_eq!(store.unfinished_runs().expect("unfinished").len(), 1);
-    assert_eq!(store.timers().expect("timers").len(), 1);
+    assert_eq!(store.unfinished_runs().expect("unfinished").items.len(), 1);
+    assert_eq!(store.timers().expect("timers").items.len(), 1);
     assert!(store.read_log("run").expect("read_log").is_empty());
 }
 
@@ -170,7 +176,7 @@ async fn close_drains_queued_appends() {
     }
     drop(store);
     let store = FjallStore::open(dir.path()).expect("reopen");
-    assert_eq!(store.list_runs().expect("list_runs").len(), 50);
+    assert_eq!(store.list_runs().expect("list_runs").items.len(), 50);
     for i in 0..50 {
         assert_eq!(
             store.read_log(&format!("queued-{i}")).expect("read_log"),

@@ -207,7 +207,7 @@ fn kill9_keeps_acknowledged_appends() {
         .collect();
     lens.sort();
     eprintln!("killed the child after {acks} acks; log lengths after reopen: {lens:?}");
-    let timers = store.timers().expect("timers");
+    let timers = store.timers().expect("timers").items;
     for task in 0..TASKS {
         for i in 0..RUNS_PER_TASK {
             let run = run_name(task, i);
@@ -239,7 +239,7 @@ fn kill9_keeps_acknowledged_appends() {
         }
     }
     assert_eq!(
-        store.unfinished_runs().expect("unfinished").len(),
+        store.unfinished_runs().expect("unfinished").items.len(),
         TASKS * RUNS_PER_TASK
     );
 }

@@ -58,6 +58,7 @@ fn assert_run(store: &FjallStore, run: &str) {
         store
             .timers()
             .expect("timers")
+            .items
             .iter()
             .any(|t| t.run_id == run)
     );
@@ -102,13 +103,13 @@ async fn reopen_after_drop_or_close_keeps_data() {
     let again = FjallStore::open(dir.path()).expect("reopen after close");
     assert_run(&again, "dropped");
     assert_run(&again, "closed");
-    assert_eq!(again.list_runs().expect("list_runs").len(), 2);
+    assert_eq!(again.list_runs().expect("list_runs").items.len(), 2);
     drop(store);
     drop(again);
 
     let store = FjallStore::open(dir.path()).expect("third open");
-    assert_eq!(store.unfinished_runs().expect("unfinished").len(), 2);
-    assert_eq!(store.timers().expect("timers").len(), 2);
+    assert_eq!(store.unfinished_runs().expect("unfinished").items.len(), 2);
+    assert_eq!(store.timers().expect("timers").items.len(), 2);
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 /// Counts how often a body really ran.
 #[derive(Clone, Default)]
@@ -78,4 +79,21 @@ pub fn waits_on(events: &[reel::Event], name: &str) -> usize {
         .iter()
         .filter(|e| matches!(e, reel::Event::SignalAwaited { name: n, .. } if n == name))
         .count()
+}
+
+/// Retries `op` while it fails (a fault may refuse it); gives up after `tries`.
+pub async fn retry<T, F, Fut>(tries: u32, mut op: F) -> reel::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = reel::Result<T>>,
+{
+    let mut last = None;
+    for _ in 0..tries {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Err(last.unwrap_or(reel::Error::Shutdown))
 }

@@ -1,0 +1,304 @@
+//! Child-run links: starting a parent's child, delivering its result to the parent,
+//! and refusing a child call that would close a cycle of waiting runs.
+
+use std::collections::HashMap;
+use std::sync::Weak;
+use std::time::Duration;
+
+use reel_storage::{Event, Failure, ParentLink, Payload, RunMeta, RunState};
+
+use super::Core;
+use crate::error::ActorError;
+use crate::run_actor::Delivery;
+
+/// Host services handed to the replay engine.
+#[derive(Clone)]
+pub struct Services(pub(crate) Weak<Core>);
+
+impl Services {
+    /// Starts the child run (idempotent on its id) and arranges for its result to be
+    /// delivered to `parent`'s wait `wait_id`, also when it has already finished.
+    /// A child that cannot be started for good (workflow not registered, id taken by
+    /// another workflow, invalid id) is delivered as a failed child; a passing failure
+    /// (I/O, an actor restarting) is retried in the background while the parent waits.
+    pub async fn ensure_child(
+        &self,
+        parent: &str,
+        wait_id: &str,
+        workflow: &str,
+        version: u32,
+        child_run_id: &str,
+        input: Payload,
+    ) {
+        let Some(core) = self.0.upgrade() else { return };
+        let child = ChildStart {
+            link: ParentLink {
+                run_id: parent.to_owned(),
+                wait_id: wait_id.to_owned(),
+            },
+            workflow: workflow.to_owned(),
+            version,
+            run_id: child_run_id.to_owned(),
+            input,
+        };
+        // Subscribe before looking, so a completion in between is not missed.
+        {
+            let mut subs = core
+                .child_subscribers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let list = subs.entry(child.run_id.clone()).or_default();
+            if !list.contains(&child.link) {
+                list.push(child.link.clone());
+            }
+        }
+        // After subscribing: two runs calling each other at once each see the other's
+        // subscription, so at least one of them finds the cycle.
+        match core.child_cycle(parent, child_run_id).await {
+            Ok(Some(cycle)) => {
+                tracing::warn!(
+                    parent,
+                    child = child_run_id,
+                    ?cycle,
+                    "reel: child call would close a cycle"
+                );
+                return core.child_failed(&child, Failure::ChildCycle { cycle });
+            }
+            Ok(None) => {}
+            // The check is a guard, not a precondition: a run that cannot be read here
+            // is dealt with by the start below.
+            Err(e) => {
+                tracing::warn!(parent, child = child_run_id, error = %e, "reel: child cycle check failed")
+            }
+        }
+        match core.start_child(&child).await {
+            Ok(()) => {}
+            Err(e) if is_passing(&e) => core.retry_child_start(child, e),
+            Err(e) => core.child_start_failed(&child, e),
+        }
+    }
+}
+
+/// A child run a parent waits for.
+struct ChildStart {
+    link: ParentLink,
+    workflow: String,
+    version: u32,
+    run_id: String,
+    input: Payload,
+}
+
+/// Whether trying the same thing again later can succeed.
+fn is_passing(e: &ActorError) -> bool {
+    match e {
+        ActorError::Storage(s) => s.is_retryable(),
+        ActorError::Unavailable { .. } | ActorError::Retired => true,
+        _ => false,
+    }
+}
+
+impl Core {
+    /// The cycle `parent → child → … → parent` that waiting on `child` would close:
+    /// the child is the parent itself, or an unfinished run that already waits
+    /// (through its own children) on the parent. Walks up from the parent through the
+    /// runs waiting on it, so only the parent's ancestors are read.
+    async fn child_cycle(
+        &self,
+        parent: &str,
+        child: &str,
+    ) -> Result<Option<Vec<String>>, ActorError> {
+        if parent == child {
+            return Ok(Some(vec![parent.to_owned(), child.to_owned()]));
+        }
+        // Only an unfinished run can be waiting on anything.
+        if self
+            .meta(child)
+            .await?
+            .is_none_or(|m| m.state.is_finished())
+        {
+            return Ok(None);
+        }
+        // waiter → the run it waits on, for every run reached so far.
+        let mut waits_on: HashMap<String, String> = HashMap::new();
+        let mut frontier = vec![parent.to_owned()];
+        while let Some(run) = frontier.pop() {
+            for waiter in self.waiters_on(&run).await? {
+                if waiter == parent || waits_on.contains_key(&waiter) {
+                    continue;
+                }
+                waits_on.insert(waiter.clone(), run.clone());
+                if waiter == child {
+                    let mut cycle = vec![parent.to_owned(), child.to_owned()];
+                    let mut at = child;
+                    while let Some(next) = waits_on.get(at) {
+                        cycle.push(next.clone());
+                        at = next;
+                    }
+                    return Ok(Some(cycle));
+                }
+                frontier.push(waiter);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The runs waiting on `run` as their child while it is unfinished: those
+    /// subscribed to it in this host, and the parent it was started by (also after a
+    /// restart). Nobody waits on a finished run: its result is delivered.
+    async fn waiters_on(&self, run: &str) -> Result<Vec<String>, ActorError> {
+        let Some(meta) = self.meta(run).await? else {
+            return Ok(Vec::new());
+        };
+        if meta.state.is_finished() {
+            return Ok(Vec::new());
+        }
+        let mut waiters: Vec<String> = self
+            .child_subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run)
+            .map(|links| links.iter().map(|l| l.run_id.clone()).collect())
+            .unwrap_or_default();
+        waiters.extend(meta.parent.map(|p| p.run_id));
+        Ok(waiters)
+    }
+
+    /// Starts a child (idempotent) and delivers its result at once if it has finished.
+    async fn start_child(&self, c: &ChildStart) -> Result<(), ActorError> {
+        self.start(
+            &c.workflow,
+            c.version,
+            &c.run_id,
+            c.input.clone(),
+            Some(c.link.clone()),
+        )
+        .await?;
+        if let Some(meta) = self.meta(&c.run_id).await?
+            && meta.state.is_finished()
+        {
+            self.unsubscribe(&c.run_id, &c.link);
+            self.notify_parents(&meta, std::iter::once(c.link.clone()));
+        }
+        Ok(())
+    }
+
+    /// Keeps starting a child whose start failed for a passing reason, with backoff,
+    /// until it starts, fails for good or the host closes. A bare task: it holds the
+    /// core weakly and ends at the first check after shutdown.
+    fn retry_child_start(&self, c: ChildStart, first: ActorError) {
+        tracing::warn!(parent = %c.link.run_id, child = %c.run_id, error = %first,
+            "reel: child run could not be started yet; retrying");
+        let core = self.me.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(20);
+            loop {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                let Some(core) = core.upgrade().filter(|c| !c.is_closing()) else {
+                    return;
+                };
+                match core.start_child(&c).await {
+                    Ok(()) => return,
+                    Err(e) if is_passing(&e) => {
+                        tracing::warn!(child = %c.run_id, error = %e, "reel: child start failed again");
+                    }
+                    Err(e) => return core.child_start_failed(&c, e),
+                }
+            }
+        });
+    }
+
+    /// Delivers a child that cannot be started to its parent as a failed child.
+    fn child_start_failed(&self, c: &ChildStart, e: ActorError) {
+        match e {
+            ActorError::NotRegistered(f) => self.child_failed(c, f),
+            ActorError::Shutdown => {}
+            e => self.child_failed(c, Failure::Other(e.to_string())),
+        }
+    }
+
+    /// Delivers `failure` to the parent as its child's result.
+    fn child_failed(&self, c: &ChildStart, failure: Failure) {
+        self.unsubscribe(&c.run_id, &c.link);
+        self.spawn_delivery(
+            c.link.run_id.clone(),
+            Delivery::ChildDone {
+                wait_id: c.link.wait_id.clone(),
+                result: Err(failure),
+            },
+        );
+    }
+
+    fn unsubscribe(&self, child_run_id: &str, link: &ParentLink) {
+        let mut subs = self
+            .child_subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(list) = subs.get_mut(child_run_id) {
+            list.retain(|l| l != link);
+            if list.is_empty() {
+                subs.remove(child_run_id);
+            }
+        }
+    }
+
+    /// A completed child's output, read from its log. A passing read failure is
+    /// retried: delivered, it would be the parent's child result for good. `None` once
+    /// the host closes (the parent asks again after the restart).
+    async fn child_output(&self, run_id: &str) -> Option<Result<Payload, Failure>> {
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let failure = match self.last_event(run_id).await {
+                Ok(Some(Event::RunCompleted { output })) => return Some(Ok(output)),
+                Ok(other) => Failure::Other(format!("child `{run_id}` has no result ({other:?})")),
+                Err(ActorError::Storage(e)) if e.is_retryable() => {
+                    tracing::warn!(run_id, error = %e, "reel: reading a child's result failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    if self.is_closing() {
+                        return None;
+                    }
+                    continue;
+                }
+                Err(ActorError::Storage(e)) => e
+                    .corruption()
+                    .unwrap_or_else(|| Failure::Other(e.to_string())),
+                Err(e) => Failure::Other(e.to_string()),
+            };
+            return Some(Err(failure));
+        }
+    }
+
+    pub(super) fn notify_parents(&self, meta: &RunMeta, parents: impl Iterator<Item = ParentLink>) {
+        let mut parents: Vec<ParentLink> = parents.collect();
+        parents.sort_by(|a, b| (&a.run_id, &a.wait_id).cmp(&(&b.run_id, &b.wait_id)));
+        parents.dedup();
+        if parents.is_empty() {
+            return;
+        }
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        let child = meta.clone();
+        tokio::spawn(async move {
+            let result = match &child.state {
+                RunState::Completed => match core.child_output(&child.run_id).await {
+                    Some(output) => output,
+                    None => return,
+                },
+                RunState::Failed { error } => Err(error.clone()),
+                RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),
+                _ => return,
+            };
+            for p in parents {
+                core.spawn_delivery(
+                    p.run_id,
+                    Delivery::ChildDone {
+                        wait_id: p.wait_id,
+                        result: result.clone(),
+                    },
+                );
+            }
+        });
+    }
+}
