@@ -27,11 +27,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
-use futures::stream::Stream;
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use futures::task::{ArcWake, AtomicWaker};
 use reel_actors::{Journal, Landing, Outcome, Services};
 use reel_storage::{Event, Failure};
 use serde::Serialize;
+use tokio::task::JoinHandle;
 
 use crate::ctx::{Ctx, decode, encode};
 use crate::replay::is_opening;
@@ -74,6 +75,8 @@ struct Driver<F> {
     handler: Pin<Box<F>>,
     top: Arc<TopWaker>,
     landings: VecDeque<Landing>,
+    /// Child starts under way (dropping a handle does not stop its task).
+    effects: FuturesUnordered<JoinHandle<()>>,
     /// The next sequence number to walk.
     walked: u64,
     /// The walk position at which a suspension was last reported: the actor is told
@@ -107,8 +110,9 @@ where
     /// Takes the appends the primitives queued, and starts the child runs they
     /// queued once replay has caught up. A child start is a task of its own: it
     /// must finish even if this execution ends first (the parent's branch lost a
-    /// race, or the parent returned). On shutdown the start is refused and the
-    /// task ends; the child is recorded and recovery starts it.
+    /// race, or the parent returned). The execution waits for it before it reports
+    /// a suspension, so a suspended parent's children exist. On shutdown the start
+    /// is refused and the task ends; the child is recorded and recovery starts it.
     fn collect_work(&mut self) {
         let effects = {
             let mut st = self.ctx.lock();
@@ -119,9 +123,8 @@ where
                 Vec::new()
             }
         };
-        for effect in effects {
-            tokio::spawn(effect);
-        }
+        self.effects
+            .extend(effects.into_iter().map(|e| tokio::spawn(e)));
     }
 
     /// Polls the appends in flight, in order; a failed one stops the execution.
@@ -150,7 +153,9 @@ where
         if self.journal.is_none() && self.ctx.lock().replay.past_history() {
             // Replay-only: the handler made a call the history does not hold. Live,
             // that call would be recorded before anything still to be walked became
-            // visible, so nothing more is handed out: the replay stops here.
+            // visible, so nothing more is handed out: the replay ends here, with the
+            // handler at its frontier.
+            self.walked = self.walked.max(history_len);
             return Walked::Idle;
         }
         let fed = self.ctx.lock().slots.feed_buffered();
@@ -161,6 +166,13 @@ where
         loop {
             let (len, durable) = self.marks();
             if self.walked >= len {
+                return Walked::Idle;
+            }
+            if self.walked >= history_len && !self.ctx.lock().caught_up {
+                // Events that arrived during the replay wait until the handler has
+                // caught up: a step plans its next attempt from the recorded history,
+                // so the retry timer that fires next must not be walked before the
+                // step waits for it.
                 return Walked::Idle;
             }
             let Some(event) = self.event_at(self.walked) else {
@@ -259,7 +271,11 @@ where
     fn suspension(&self) -> Option<Outcome> {
         let (len, _) = self.marks();
         let st = self.ctx.lock();
-        let idle = st.caught_up && self.walked >= len && self.landings.is_empty() && st.bodies == 0;
+        let idle = st.caught_up
+            && self.walked >= len
+            && self.landings.is_empty()
+            && self.effects.is_empty()
+            && st.bodies == 0;
         if !idle {
             return None;
         }
@@ -316,6 +332,7 @@ where
             if let Some(o) = this.poll_landings(cx) {
                 return this.finish(o);
             }
+            while let Poll::Ready(Some(_)) = this.effects.poll_next_unpin(cx) {}
             this.top.woken.store(false, Ordering::Release);
             let polled = this.handler.as_mut().poll(&mut Context::from_waker(&top));
             this.collect_work();
@@ -409,6 +426,7 @@ pub(crate) fn execute<W: Workflow>(
         handler,
         top: Arc::new(TopWaker::default()),
         landings: VecDeque::new(),
+        effects: FuturesUnordered::new(),
         walked: 1,
         reported: None,
         finished: false,

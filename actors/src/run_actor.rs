@@ -166,10 +166,13 @@ impl Drop for RunActor {
 }
 
 impl RunActor {
-    /// Stops the execution. The journal is closed first, so nothing the execution
-    /// still does (it may be mid-poll on another thread) reaches the log.
+    /// Stops the execution (passivation, shutdown, parking, cancel). The journal
+    /// stays open: a step body that completed in the poll under way still records
+    /// its result rather than running again after a restart (a stale append is
+    /// refused by the sequence check anyway). Dropping the handler cancels no timer:
+    /// the driver marks the execution closing first. The run's last append closes
+    /// the journal itself (`finish`).
     fn abort_execution(&mut self) {
-        self.journal.close();
         if let Some(exec) = self.exec.take() {
             exec.abort();
         }

@@ -122,6 +122,19 @@ impl Message<Tick> for TimerService {
 
     async fn handle(&mut self, _: Tick, ctx: &mut Context<Self, ()>) {
         self.armed = None;
+        // The service starts while the core is still being built: a timer already
+        // due at start-up must wait for it, not be popped and lost.
+        let Some(core) = self.core.upgrade() else {
+            let me = ctx.actor_ref().clone();
+            self.armed = Some((
+                0,
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let _ = me.tell(Tick).await;
+                }),
+            ));
+            return;
+        };
         let now = now_ms();
         let mut due = Vec::new();
         while self.pending.first().is_some_and(|t| t.fire_at <= now) {
@@ -129,10 +142,8 @@ impl Message<Tick> for TimerService {
                 due.push(t);
             }
         }
-        if let Some(core) = self.core.upgrade() {
-            for t in due {
-                core.fire_timer(t);
-            }
+        for t in due {
+            core.fire_timer(t);
         }
         self.arm(ctx.actor_ref());
     }
