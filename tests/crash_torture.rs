@@ -40,7 +40,8 @@
 //! many kills hit a host that was not open yet).
 //!
 //! `REEL_TORTURE_KILLS=1000 cargo test --release --test crash_torture -- --nocapture`
-//! runs the long version; `REEL_TORTURE_SEED` replays a seed's kill and signal delays
+//! runs the long version; `REEL_TORTURE_KILL_MS=150-400` moves the kill window (past
+//! a slow open, say); `REEL_TORTURE_SEED` replays a seed's kill and signal delays
 //! (what they meet still depends on timing).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -72,9 +73,8 @@ const SEED_ENV: &str = "REEL_TORTURE_SEED";
 const SPAWNED_ENV: &str = "REEL_TORTURE_SPAWNED_US";
 /// `mix` runs a child keeps in flight at once.
 const WINDOW: usize = 24;
-/// Kill delays, from the spawn of the child.
-const KILL_MIN_MS: u64 = 5;
-const KILL_MAX_MS: u64 = 200;
+/// Kill delays, from the spawn of the child (`REEL_TORTURE_KILL_MS=lo-hi` changes them).
+const KILL_MS: (u64, u64) = (5, 200);
 /// How long the last child may take to finish every run.
 const FINAL_LIMIT: Duration = Duration::from_secs(60);
 
@@ -858,11 +858,22 @@ fn crash_torture() {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(7)
     });
-    println!("crash_torture: seed {seed} (REEL_TORTURE_SEED), {kills_wanted} kills");
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     let side_path = dir.join("side.log");
     let mut rng = Rng(seed);
+    let (kill_min, kill_max) = std::env::var("REEL_TORTURE_KILL_MS")
+        .ok()
+        .and_then(|v| {
+            let (lo, hi) = v.split_once('-')?;
+            Some((lo.parse().ok()?, hi.parse().ok()?))
+        })
+        .filter(|(lo, hi)| lo <= hi)
+        .unwrap_or(KILL_MS);
+    println!(
+        "crash_torture: seed {seed} (REEL_TORTURE_SEED), {kills_wanted} kills \
+         {kill_min}-{kill_max} ms after the spawn"
+    );
 
     // Kill phase.
     let mut kills = 0u64;
@@ -873,7 +884,7 @@ fn crash_torture() {
         let before = file_len(&side_path);
         let mut child = spawn_child(dir, seed, generation, false);
         // The scenario's randomness: how long the child runs before the kill.
-        std::thread::sleep(ms(rng.range(KILL_MIN_MS, KILL_MAX_MS)));
+        std::thread::sleep(ms(rng.range(kill_min, kill_max)));
         let exited = child.try_wait().expect("try_wait");
         child.kill().expect("SIGKILL");
         child.wait().expect("wait");
