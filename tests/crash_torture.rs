@@ -17,7 +17,7 @@
 //!
 //! Every step body appends `run-id step-id attempt token` to a side file (`O_APPEND`,
 //! fsynced) before returning the fresh token as its output (a failing attempt writes a
-//! `fail-` token). The parent starts a child, lets it run a random 5–200 ms, SIGKILLs
+//! `fail-` token); a record torn by a kill in mid-write is recognised and skipped. The parent starts a child, lets it run a random 5–200 ms, SIGKILLs
 //! it, and repeats (`REEL_TORTURE_KILLS`, default 50); then a last child runs without
 //! kills and drives every started run to its end (bounded). Then the parent opens the
 //! store itself and checks:
@@ -107,12 +107,32 @@ impl Rng {
     }
 }
 
-/// Appends one line with one `write` on an `O_APPEND` file and fsyncs it, so lines of
-/// successive (killed) processes come out in the order they were written.
-fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+/// Ends every complete record of the side files.
+const END: &str = " END";
+
+/// Appends one record with one `write` on an `O_APPEND` file and fsyncs it, so records
+/// of successive (killed) processes come out in the order they were written.
+///
+/// A SIGKILL can cut a `write` to a regular file short (Linux stops between pages),
+/// so a record starts on a line of its own and ends with [`END`]: a torn record, the
+/// last thing its process did, stands apart and is recognised by [`read_records`].
+fn append_record(path: &Path, record: &str) -> std::io::Result<()> {
     let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(line.as_bytes())?;
+    f.write_all(format!("\n{record}{END}").as_bytes())?;
     f.sync_data()
+}
+
+/// The complete records of a side file, in order, and how many were torn by a kill.
+fn read_records(path: &Path) -> (Vec<String>, usize) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let (mut records, mut torn) = (Vec::new(), 0);
+    for line in text.split('\n').filter(|l| !l.is_empty()) {
+        match line.strip_suffix(END) {
+            Some(record) => records.push(record.to_owned()),
+            None => torn += 1,
+        }
+    }
+    (records, torn)
 }
 
 /// Where step bodies log their executions, and the generation of this process.
@@ -157,7 +177,7 @@ fn logged_step(
                 Uuid::new_v4().simple()
             );
             // Written synchronously, before the body can be dropped by a lost race.
-            append_line(&side.path, &format!("{run} {step} {attempt} {token}\n"))
+            append_record(&side.path, &format!("{run} {step} {attempt} {token}"))
                 .map_err(|e| format!("side file: {e}"))?;
             if work_ms > 0 {
                 tokio::time::sleep(ms(work_ms)).await;
@@ -453,7 +473,7 @@ async fn drive(host: Arc<Host>, dir: Arc<PathBuf>, n: u64, seed: u64) {
     signals.spawn(send_when_awaited(kid, "kick", ms(rng.range(0, 8))));
     match run.result().await {
         Ok(out) => {
-            if let Err(e) = append_line(&dir.join("done.log"), &format!("{id} {out}\n")) {
+            if let Err(e) = append_record(&dir.join("done.log"), &format!("{id} {out}")) {
                 child_error(format!("done.log: {e}"));
             }
         }
@@ -598,10 +618,9 @@ struct Exec {
     token: String,
 }
 
-fn read_side(path: &Path) -> HashMap<(String, String), Vec<Exec>> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+fn read_side(records: &[String]) -> HashMap<(String, String), Vec<Exec>> {
     let mut side: HashMap<(String, String), Vec<Exec>> = HashMap::new();
-    for (pos, line) in text.lines().enumerate() {
+    for (pos, line) in records.iter().enumerate() {
         let parts: Vec<&str> = line.split(' ').collect();
         let [run, step, attempt, token] = parts[..] else {
             panic!("malformed side-file line {line:?}");
@@ -904,12 +923,8 @@ fn crash_torture() {
         }
     }
     let kill_phase = started.elapsed();
-    let bodies_during_kills = std::fs::read_to_string(&side_path)
-        .map(|t| t.lines().count())
-        .unwrap_or(0);
-    let done_during_kills = std::fs::read_to_string(dir.join("done.log"))
-        .map(|t| t.lines().count())
-        .unwrap_or(0);
+    let bodies_during_kills = read_records(&side_path).0.len();
+    let done_during_kills = read_records(&dir.join("done.log")).0.len();
 
     // The last child: no kill, every started run to its end (bounded).
     if failures.is_empty() {
@@ -955,7 +970,9 @@ fn crash_torture() {
     }
 
     // The checks, in this process, on the store the children left.
-    let side = read_side(&side_path);
+    let (side_records, torn) = read_records(&side_path);
+    let side = read_side(&side_records);
+    let (done_log, torn_done) = read_records(&dir.join("done.log"));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -986,9 +1003,8 @@ fn crash_torture() {
             .await
             .expect("reopen the store");
         let infos = host.runs().await.expect("runs");
-        let done_log = std::fs::read_to_string(dir.join("done.log")).unwrap_or_default();
         let mut seen_live: HashMap<&str, &str> = HashMap::new();
-        for line in done_log.lines() {
+        for line in &done_log {
             let (run, out) = line.split_once(' ').expect("done.log line");
             if let Some(prev) = seen_live.insert(run, out) {
                 if prev != out {
@@ -1098,7 +1114,8 @@ fn crash_torture() {
          open, median open {open_median} ms; {idle_rounds} rounds ran no step body), \
          {} children, {} runs ({} finished during the kill phase), {} steps recorded, \
          {} step bodies run ({bodies_during_kills} during the kill phase), \
-         {} bodies re-run before their record (at-least-once), {} re-run after their \
+         {} bodies re-run before their record (at-least-once; {} side-file records torn \
+         by a kill, {torn_done} in done.log), {} re-run after their \
          record, {} bodies run out of handler order, {} failed attempts recorded, {} steps abandoned by a lost race \
          ({slow_won} slow steps won), races signal/timer {}/{}, timed waits signal/timeout {}/{}, {} signals, {} parked; \
          kill phase {:.1?}, total {:.1?}",
@@ -1108,6 +1125,7 @@ fn crash_torture() {
         f.steps_recorded,
         f.bodies_run,
         f.rerun_before_record,
+        torn,
         f.rerun_after_record,
         f.out_of_order,
         f.failed_attempts_recorded,
