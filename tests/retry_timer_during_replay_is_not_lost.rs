@@ -55,8 +55,6 @@ impl Workflow for Flaky {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a retry timer that fires while the run replays is dropped by the walk and \
-            the run hangs (see the module doc)"]
 async fn retry_timer_during_replay_is_not_lost() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let host = Host::builder()

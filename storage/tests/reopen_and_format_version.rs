@@ -185,3 +185,24 @@ async fn second_open_while_in_use_is_an_error() {
     assert_run(&store, "r");
     assert_run(&store, "s");
 }
+
+#[tokio::test]
+async fn creation_is_atomic_and_leftovers_of_a_killed_creation_are_dropped() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let path = parent.path().join("store");
+    // What a process killed while creating the store leaves behind: a staging
+    // directory with part of a database in it, and maybe the empty target.
+    let staging = parent.path().join(".store.creating");
+    std::fs::create_dir_all(staging.join("keyspaces/1")).expect("staging");
+    std::fs::write(staging.join("half-written"), b"junk").expect("junk");
+    std::fs::create_dir_all(&path).expect("empty target");
+
+    let store = FjallStore::open(&path).expect("open over the leftovers");
+    write_run(&store, "r", true).await;
+    store.close();
+    drop(store);
+    assert!(!staging.exists(), "the staging directory is gone");
+    tamper_check(&path, FORMAT_VERSION);
+    let store = FjallStore::open(&path).expect("reopen");
+    assert_run(&store, "r");
+}
