@@ -51,8 +51,22 @@ pub enum Replayed<O> {
 /// [`Error::ReplayDivergence`] naming the first divergent event, [`Error::Codec`]
 /// for an undecodable input or output, [`Error::Crashed`] if the handler panics.
 pub async fn replay<W: Workflow>(workflow: W, history: &[Event]) -> Result<Replayed<W::Output>> {
+    replay_as(workflow, "replay", history).await
+}
+
+/// [`replay`] with the run id the handler sees in [`Ctx::run_id`](crate::Ctx::run_id)
+/// (the log does not hold it): for handlers that derive ids from it, such as child
+/// run ids.
+///
+/// # Errors
+/// As [`replay`].
+pub async fn replay_as<W: Workflow>(
+    workflow: W,
+    run_id: &str,
+    history: &[Event],
+) -> Result<Replayed<W::Output>> {
     let history = Arc::new(history.to_vec());
-    let (mut outcomes, ctx) = execute(Arc::new(workflow), Arc::from("replay"), history, None, None);
+    let (mut outcomes, ctx) = execute(Arc::new(workflow), Arc::from(run_id), history, None, None);
     let Some(outcome) = outcomes.next().await else {
         return Err(Error::Crashed(
             "the execution ended without an outcome".into(),

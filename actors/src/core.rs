@@ -1,5 +1,6 @@
 //! The host core: the live-run map, activation, routing of messages to run actors,
-//! recovery, parking and result waiters. Child-run links live in `children`.
+//! recovery. Activation and routing live in `activation`, parking in `parking`,
+//! result waiters in `waiters`, child-run links in `children`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +24,10 @@ use crate::run_actor::{Delivery, Resume, RunActor, RunArgs, StopRun};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
 use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
 
+mod activation;
 mod children;
+mod parking;
+mod waiters;
 
 pub use children::Services;
 
@@ -142,16 +146,6 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| StorageError::Io(format!("blocking task failed: {e}")))?
-}
-
-/// Prunes a run's waiters when a wait ends (its receiver is dropped first: locals
-/// drop in reverse order, and this guard is created before the receiver).
-struct PruneOnDrop<'a>(&'a Core, &'a str);
-
-impl Drop for PruneOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.prune_waiters(self.1);
-    }
 }
 
 impl Core {
@@ -403,23 +397,6 @@ impl Core {
         Ok(meta)
     }
 
-    /// Reports an unfinished run as parked if a park of it is held in memory.
-    fn apply_held_park(&self, meta: &mut RunMeta) {
-        if meta.state.is_finished() {
-            return;
-        }
-        if let Some(error) = self
-            .unrecorded_parks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&meta.run_id)
-        {
-            meta.state = RunState::Parked {
-                error: error.clone(),
-            };
-        }
-    }
-
     /// Every run's metadata, ordered by run id. A run whose metadata record does not
     /// decode is listed as parked with the damage (`Failure::Corrupt`), its workflow
     /// and version read from its log when that can be read.
@@ -527,87 +504,6 @@ impl Core {
         .await
     }
 
-    /// Waits until the run has finished or is parked, and returns its metadata.
-    ///
-    /// # Errors
-    /// [`ActorError::UnknownRun`], [`ActorError::Shutdown`], storage errors.
-    pub async fn wait_settled(&self, run_id: &str) -> Result<RunMeta, ActorError> {
-        self.wait_for(run_id, |s| {
-            s.is_finished() || matches!(s, RunState::Parked { .. })
-        })
-        .await
-    }
-
-    /// Waits until the run's state satisfies `pred` (checked on every state change).
-    ///
-    /// # Errors
-    /// As [`Core::wait_settled`].
-    pub async fn wait_for(
-        &self,
-        run_id: &str,
-        pred: impl Fn(&RunState) -> bool,
-    ) -> Result<RunMeta, ActorError> {
-        // The state that came with the last notification. It only short-cuts a
-        // match; otherwise the store is read after registering, which is the point
-        // no later change can slip past.
-        let mut notified: Option<RunMeta> = None;
-        // However this ends (returned, or dropped by a caller who stopped waiting),
-        // the sender registered for it goes, so abandoned waits do not pile up on a
-        // run that may never change state.
-        let _prune = PruneOnDrop(self, run_id);
-        loop {
-            if let Some(meta) = notified.take().filter(|m| pred(&m.state)) {
-                return Ok(meta);
-            }
-            let (tx, rx) = oneshot::channel();
-            self.waiters
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(run_id.to_owned())
-                .or_default()
-                .push(tx);
-            let checked = match self.check_open() {
-                Ok(()) => self.known(run_id).await,
-                Err(e) => Err(e),
-            };
-            let settled = match checked {
-                Ok(meta) if pred(&meta.state) => Some(Ok(meta)),
-                Ok(_) => None,
-                Err(e) => Some(Err(e)),
-            };
-            if let Some(result) = settled {
-                return result;
-            }
-            match rx.await {
-                Ok(meta) => notified = meta,
-                Err(_) => return Err(ActorError::Shutdown),
-            }
-        }
-    }
-
-    /// How many callers wait for a run's state to change (`result()`,
-    /// `wait_until_suspended()`), over all runs. For tests and metrics.
-    pub fn waiting_callers(&self) -> usize {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .map(Vec::len)
-            .sum()
-    }
-
-    /// Drops the senders of waiters that went away (returned, or were dropped by
-    /// their caller), so the map does not grow with finished, unknown or idle runs.
-    fn prune_waiters(&self, run_id: &str) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = waiters.get_mut(run_id) {
-            list.retain(|w| !w.is_closed());
-            if list.is_empty() {
-                waiters.remove(run_id);
-            }
-        }
-    }
-
     /// Stops every run actor, the timer service and the supervisors, then closes the
     /// store. Unfinished runs stay resumable by the next host on the same path.
     pub async fn shutdown(&self) {
@@ -664,304 +560,6 @@ impl Core {
     pub(crate) fn fire_timer(&self, timer: TimerEntry) {
         let run_id = timer.run_id.clone();
         self.spawn_delivery(run_id, Delivery::Timer(timer));
-    }
-
-    /// Delivers in the background, bounded by the activation semaphore. A bare task:
-    /// it ends after one delivery; once the host is closing, delivery is refused.
-    pub(crate) fn spawn_delivery(&self, run_id: String, delivery: Delivery) {
-        let Some(core) = self.me.upgrade() else {
-            return;
-        };
-        tokio::spawn(async move {
-            // A timer or child result must not be lost to a passing failure: retry
-            // with backoff. (After a restart the index delivers timers again anyway.)
-            for attempt in 0..6u32 {
-                let outcome = {
-                    let Ok(_permit) = core.activations.acquire().await else {
-                        return;
-                    };
-                    core.deliver(&run_id, delivery.clone()).await
-                };
-                match outcome {
-                    Ok(()) | Err(ActorError::Shutdown | ActorError::RunFinished(_)) => return,
-                    Err(e) => {
-                        tracing::warn!(run_id, attempt, error = %e, "reel: background delivery failed");
-                        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-                    }
-                }
-            }
-        });
-    }
-
-    /// Sends `msg` to the run's actor, activating it if it is passivated, and retrying
-    /// when the actor stopped (passivated or restarted) while the message was queued.
-    pub(crate) async fn deliver<M>(&self, run_id: &str, msg: M) -> Result<(), ActorError>
-    where
-        M: Clone + Send + 'static,
-        RunActor: Message<M, Reply = Result<(), ActorError>>,
-    {
-        self.deliver_with(run_id, msg, None).await
-    }
-
-    /// [`Core::deliver`], handing a newly spawned actor the run's state if known.
-    async fn deliver_with<M>(
-        &self,
-        run_id: &str,
-        msg: M,
-        mut preload: Option<(RunMeta, Vec<Event>)>,
-    ) -> Result<(), ActorError>
-    where
-        M: Clone + Send + 'static,
-        RunActor: Message<M, Reply = Result<(), ActorError>>,
-    {
-        let mut last = String::new();
-        for _ in 0..16 {
-            self.check_open()?;
-            let actor = self.actor_for(run_id, preload.take()).await?;
-            match actor.ask(msg.clone()).await {
-                Ok(()) => return Ok(()),
-                Err(SendError::HandlerError(ActorError::Retired)) => {}
-                Err(SendError::HandlerError(e)) => return Err(e),
-                Err(e) => last = e.to_string(),
-            }
-            self.forget(run_id, &actor).await;
-            tokio::task::yield_now().await;
-        }
-        Err(ActorError::Unavailable {
-            run_id: run_id.to_owned(),
-            reason: last,
-        })
-    }
-
-    async fn forget(&self, run_id: &str, actor: &ActorRef<RunActor>) {
-        let mut live = self.live.lock().await;
-        if live.get(run_id).is_some_and(|a| a.id() == actor.id()) {
-            live.remove(run_id);
-        }
-    }
-
-    /// Removes the run's entry if it is still `actor`: called by a passivating actor.
-    pub(crate) async fn retire(&self, run_id: &str, actor: &ActorRef<RunActor>) {
-        self.forget(run_id, actor).await;
-    }
-
-    async fn actor_for(
-        &self,
-        run_id: &str,
-        preload: Option<(RunMeta, Vec<Event>)>,
-    ) -> Result<ActorRef<RunActor>, ActorError> {
-        let mut live = self.live.lock().await;
-        if let Some(actor) = live.get(run_id)
-            && actor.is_alive()
-        {
-            return Ok(actor.clone());
-        }
-        let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
-        let run: Arc<str> = Arc::from(run_id);
-        let first = AtomicBool::new(true);
-        let args_run = run.clone();
-        let args_core = core.clone();
-        let preload = Mutex::new(preload);
-        let factory = move || RunArgs {
-            core: Arc::downgrade(&args_core),
-            run_id: args_run.clone(),
-            // Only the first start may use it: a restart reloads from disk.
-            preload: preload.lock().unwrap_or_else(|p| p.into_inner()).take(),
-            // A restart by the supervisor resumes on its own; the first start is
-            // driven by the message that activated it.
-            resume: !first.swap(false, Ordering::AcqRel),
-        };
-        let supervisor = self.supervisor().await;
-        let actor = RunActor::supervise_with(&supervisor, factory)
-            .restart_policy(RestartPolicy::Transient)
-            .restart_limit(self.options.restart_limit, self.options.restart_window)
-            .spawn()
-            .await;
-        self.actor_runs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(actor.id(), run.clone());
-        live.insert(run, actor.clone());
-        Ok(actor)
-    }
-
-    async fn supervisor(&self) -> ActorRef<RunSupervisor> {
-        let mut sup = self.supervisors.lock().await;
-        if sup.1 >= CHILDREN_PER_SUPERVISOR {
-            let old = std::mem::replace(&mut sup.0, spawn_supervisor(self.me.clone()));
-            let _ = old.tell(Retire(sup.1)).try_send();
-            sup.1 = 0;
-            // Keep the retired supervisor referenced until it stops by itself: kameo
-            // stops an actor whose last reference is dropped, and a stopping
-            // supervisor stops its children, which would kill live runs.
-            let mut retired = self
-                .retired_supervisors
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            retired.retain(|s| s.is_alive());
-            retired.push(old);
-        }
-        sup.1 += 1;
-        sup.0.clone()
-    }
-
-    /// Called by a supervisor when a run actor stopped for good. The work happens in a
-    /// task so the supervisor's loop never waits on the live-run lock.
-    pub(crate) fn run_actor_stopped(&self, id: ActorId, reason: ActorStopReason) {
-        let Some(core) = self.me.upgrade() else {
-            return;
-        };
-        tokio::spawn(async move { core.after_run_actor_stopped(id, &reason).await });
-    }
-
-    async fn after_run_actor_stopped(&self, id: ActorId, reason: &ActorStopReason) {
-        let Some(run_id) = self
-            .actor_runs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id)
-        else {
-            return;
-        };
-        {
-            let mut live = self.live.lock().await;
-            if live.get(&run_id).is_some_and(|a| a.id() == id) {
-                live.remove(&run_id);
-            }
-        }
-        let crash = self
-            .crash_messages
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&run_id);
-        if matches!(
-            reason,
-            ActorStopReason::Normal | ActorStopReason::SupervisorRestart
-        ) || self.is_closing()
-        {
-            return;
-        }
-        let message = crash.unwrap_or_else(|| format!("{reason:?}"));
-        tracing::error!(run_id = %run_id, error = %message, "reel: run keeps crashing; parked");
-        if let Err(e) = self.park(&run_id, Failure::Crashed(message)).await {
-            tracing::error!(run_id = %run_id, error = %e, "reel: could not park run");
-        }
-    }
-
-    pub(crate) fn record_crash(&self, run_id: &Arc<str>, message: String) {
-        self.crash_messages
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(run_id.clone(), message);
-    }
-
-    /// Marks a run parked (metadata only) and wakes its result waiters.
-    ///
-    /// The write is a compare-and-set on the log's next sequence number, read before
-    /// the run's state: a run that finished (or appended anything) in between is left
-    /// as it is, rather than put back into the active set to run again.
-    pub(crate) async fn park(&self, run_id: &str, error: Failure) -> Result<(), ActorError> {
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        let next_seq = match blocking(move || store.next_seq(&id)).await {
-            Ok(seq) => seq,
-            Err(e) => {
-                self.record_unwritten_park(run_id, error);
-                self.notify_changed(run_id, None);
-                return Err(e.into());
-            }
-        };
-        let Some(mut meta) = self.meta(run_id).await? else {
-            return Ok(());
-        };
-        if meta.state.is_finished() {
-            return Ok(());
-        }
-        meta.state = RunState::Parked {
-            error: error.clone(),
-        };
-        meta.updated_at = now_ms();
-        let written = self
-            .store
-            .submit(Append {
-                run_id: run_id.to_owned(),
-                expected_seq: Some(next_seq),
-                meta: Some(meta.clone()),
-                durable: true,
-                ..Append::default()
-            })
-            .await;
-        match written {
-            Ok(()) => {
-                self.notify_changed(run_id, Some(&meta));
-                Ok(())
-            }
-            Err(StorageError::Conflict { .. }) => {
-                tracing::info!(
-                    run_id,
-                    "reel: run moved on while being parked; left as it is"
-                );
-                Ok(())
-            }
-            Err(e) => {
-                self.record_unwritten_park(run_id, error);
-                self.notify_changed(run_id, None);
-                Err(e.into())
-            }
-        }
-    }
-
-    /// Parks a run whose log could not be loaded (`reason`): with `Failure::Corrupt`
-    /// naming the damaged record when the log is damaged, else with the reason.
-    pub(crate) async fn park_unreadable_log(
-        &self,
-        run_id: &str,
-        reason: &str,
-    ) -> Result<(), ActorError> {
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        let damage = match blocking(move || Ok(store.read_log(&id))).await? {
-            Err(e) => e.corruption(),
-            Ok(log) if !matches!(log.first(), Some(Event::RunStarted { .. })) => {
-                StorageError::Corrupt {
-                    run_id: run_id.to_owned(),
-                    seq: 0,
-                    reason: reason.to_owned(),
-                }
-                .corruption()
-            }
-            Ok(_) => None,
-        };
-        let failure = damage.unwrap_or_else(|| Failure::Other(format!("unreadable log: {reason}")));
-        self.park(run_id, failure).await
-    }
-
-    /// Remembers a park the store refused, so it is still reported.
-    pub(crate) fn record_unwritten_park(&self, run_id: &str, error: Failure) {
-        self.unrecorded_parks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(run_id.to_owned(), error);
-    }
-
-    /// Wakes the run's waiters, handing them the new state when the caller knows it
-    /// was written.
-    pub(crate) fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
-        if meta.is_some() {
-            // A new state of the run is on disk: a park held in memory is stale.
-            self.unrecorded_parks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(run_id);
-        }
-        let waiters = self
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run_id);
-        for w in waiters.into_iter().flatten() {
-            let _ = w.send(meta.cloned());
-        }
     }
 
     /// A run finished: wake result waiters and deliver the result to parents.

@@ -1,0 +1,117 @@
+//! Result waiters: callers of `result()` and `wait_until_suspended()` wait here for
+//! a run to change state; the run actor notifies them.
+
+use super::*;
+
+/// Prunes a run's waiters when a wait ends (its receiver is dropped first: locals
+/// drop in reverse order, and this guard is created before the receiver).
+struct PruneOnDrop<'a>(&'a Core, &'a str);
+
+impl Drop for PruneOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.prune_waiters(self.1);
+    }
+}
+
+impl Core {
+    /// Waits until the run has finished or is parked, and returns its metadata.
+    ///
+    /// # Errors
+    /// [`ActorError::UnknownRun`], [`ActorError::Shutdown`], storage errors.
+    pub async fn wait_settled(&self, run_id: &str) -> Result<RunMeta, ActorError> {
+        self.wait_for(run_id, |s| {
+            s.is_finished() || matches!(s, RunState::Parked { .. })
+        })
+        .await
+    }
+
+    /// Waits until the run's state satisfies `pred` (checked on every state change).
+    ///
+    /// # Errors
+    /// As [`Core::wait_settled`].
+    pub async fn wait_for(
+        &self,
+        run_id: &str,
+        pred: impl Fn(&RunState) -> bool,
+    ) -> Result<RunMeta, ActorError> {
+        // The state that came with the last notification. It only short-cuts a
+        // match; otherwise the store is read after registering, which is the point
+        // no later change can slip past.
+        let mut notified: Option<RunMeta> = None;
+        // However this ends (returned, or dropped by a caller who stopped waiting),
+        // the sender registered for it goes, so abandoned waits do not pile up on a
+        // run that may never change state.
+        let _prune = PruneOnDrop(self, run_id);
+        loop {
+            if let Some(meta) = notified.take().filter(|m| pred(&m.state)) {
+                return Ok(meta);
+            }
+            let (tx, rx) = oneshot::channel();
+            self.waiters
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(run_id.to_owned())
+                .or_default()
+                .push(tx);
+            let checked = match self.check_open() {
+                Ok(()) => self.known(run_id).await,
+                Err(e) => Err(e),
+            };
+            let settled = match checked {
+                Ok(meta) if pred(&meta.state) => Some(Ok(meta)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            };
+            if let Some(result) = settled {
+                return result;
+            }
+            match rx.await {
+                Ok(meta) => notified = meta,
+                Err(_) => return Err(ActorError::Shutdown),
+            }
+        }
+    }
+
+    /// How many callers wait for a run's state to change (`result()`,
+    /// `wait_until_suspended()`), over all runs. For tests and metrics.
+    pub fn waiting_callers(&self) -> usize {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(Vec::len)
+            .sum()
+    }
+
+    /// Drops the senders of waiters that went away (returned, or were dropped by
+    /// their caller), so the map does not grow with finished, unknown or idle runs.
+    pub(super) fn prune_waiters(&self, run_id: &str) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(list) = waiters.get_mut(run_id) {
+            list.retain(|w| !w.is_closed());
+            if list.is_empty() {
+                waiters.remove(run_id);
+            }
+        }
+    }
+
+    /// Wakes the run's waiters, handing them the new state when the caller knows it
+    /// was written.
+    pub(crate) fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
+        if meta.is_some() {
+            // A new state of the run is on disk: a park held in memory is stale.
+            self.unrecorded_parks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(run_id);
+        }
+        let waiters = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
+        for w in waiters.into_iter().flatten() {
+            let _ = w.send(meta.cloned());
+        }
+    }
+}
