@@ -199,7 +199,13 @@ impl Ctx {
     pub(crate) fn record(&self, events: Vec<Event>, durable: bool) {
         if let Some(journal) = &self.inner.journal {
             let landing = journal.append(events, durable);
-            self.lock().landings.push(landing);
+            // A write that need not be fsynced (`StepStarted`) is not waited for:
+            // the durable write that follows it lands after it, or reports its
+            // failure (the writer answers every later append with the first cause).
+            // Waiting for it would cost the execution a wake-up per step.
+            if durable {
+                self.lock().landings.push(landing);
+            }
         }
     }
 

@@ -44,17 +44,22 @@ use crate::{Error, Result, Workflow};
 const BUDGET: u32 = 512;
 
 /// The waker the handler is polled with: records that something the handler waits
-/// on was woken, and wakes the execution's task.
+/// on was woken, and wakes the execution's task unless the driver is polling it
+/// right now (then the flag is enough, and waking the task from inside its own
+/// poll would make the runtime wake a second worker for nothing).
 #[derive(Default)]
 struct TopWaker {
     woken: AtomicBool,
+    polling: AtomicBool,
     task: AtomicWaker,
 }
 
 impl ArcWake for TopWaker {
     fn wake_by_ref(arc: &Arc<Self>) {
         arc.woken.store(true, Ordering::Release);
-        arc.task.wake();
+        if !arc.polling.load(Ordering::Acquire) {
+            arc.task.wake();
+        }
     }
 }
 
@@ -317,8 +322,26 @@ where
     type Item = Outcome;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
-        // SAFETY-free: every field is Unpin (the handler is boxed).
         let this = self.get_mut();
+        this.top.polling.store(true, Ordering::Release);
+        let polled = this.drive(cx);
+        this.top.polling.store(false, Ordering::Release);
+        // A wake that came from another thread after the last look at the flag.
+        if polled.is_pending() && this.top.woken.load(Ordering::Acquire) {
+            cx.waker().wake_by_ref();
+        }
+        polled
+    }
+}
+
+impl<F, O> Driver<F>
+where
+    F: Future<Output = Result<O>>,
+    O: Serialize,
+{
+    /// One poll of the execution: see [`Stream::poll_next`].
+    fn drive(&mut self, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
+        let this = self;
         if this.finished {
             return Poll::Ready(None);
         }

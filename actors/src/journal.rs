@@ -96,6 +96,10 @@ pub struct Landing {
     ticket: Ticket,
     /// Sequence number after the last event of the append, when it was durable.
     durable_end: Option<u64>,
+    /// Whether the live execution must be woken when it lands: yes for the actor's
+    /// appends (a signal, a timer), no for the execution's own, which it polls
+    /// itself (waking its own task would cost a second worker wake-up per step).
+    wake: bool,
     journal: Journal,
 }
 
@@ -116,7 +120,7 @@ impl Future for Landing {
         if result.is_ok()
             && let Some(end) = this.durable_end.take()
         {
-            this.journal.mark_durable(end);
+            this.journal.mark_durable(end, this.wake);
         }
         Poll::Ready(result)
     }
@@ -159,7 +163,7 @@ impl Journal {
     /// same batch and handed to the timer service. Refused once the journal is
     /// closed.
     pub fn append(&self, events: Vec<Event>, durable: bool) -> Landing {
-        self.append_with(events, None, Vec::new(), durable)
+        self.submit(events, None, Vec::new(), durable, false, false)
     }
 
     /// Appends `TimerCancelled` for a timer the handler dropped and removes it from
@@ -171,12 +175,14 @@ impl Journal {
             run_id: self.0.run_id.to_string(),
             timer_id: timer_id.to_owned(),
         };
-        self.append_with(
+        self.submit(
             vec![Event::TimerCancelled {
                 id: timer_id.to_owned(),
             }],
             None,
             vec![entry],
+            false,
+            false,
             false,
         )
     }
@@ -190,7 +196,7 @@ impl Journal {
         remove_timers: Vec<TimerEntry>,
         durable: bool,
     ) -> Landing {
-        self.submit(events, meta, remove_timers, durable, false)
+        self.submit(events, meta, remove_timers, durable, false, true)
     }
 
     /// The run's last append: accepted even after [`Journal::close`], which the
@@ -201,7 +207,7 @@ impl Journal {
         meta: RunMeta,
         remove_timers: Vec<TimerEntry>,
     ) -> Landing {
-        self.submit(events, Some(meta), remove_timers, true, true)
+        self.submit(events, Some(meta), remove_timers, true, true, true)
     }
 
     fn submit(
@@ -211,6 +217,7 @@ impl Journal {
         remove_timers: Vec<TimerEntry>,
         durable: bool,
         is_final: bool,
+        wake: bool,
     ) -> Landing {
         let add_timers: Vec<TimerEntry> = events
             .iter()
@@ -222,6 +229,7 @@ impl Journal {
                 return Landing {
                     ticket: Ticket::ready(Err(StorageError::Closed)),
                     durable_end: None,
+                    wake,
                     journal: self.clone(),
                 };
             }
@@ -252,17 +260,21 @@ impl Journal {
         Landing {
             ticket,
             durable_end,
+            wake,
             journal: self.clone(),
         }
     }
 
-    fn mark_durable(&self, end: u64) {
+    fn mark_durable(&self, end: u64, wake: bool) {
         let waker = {
             let mut state = self.lock();
             if end <= state.durable {
                 return;
             }
             state.durable = end;
+            if !wake {
+                return;
+            }
             state.waker.clone()
         };
         if let Some(w) = waker {

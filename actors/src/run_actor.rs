@@ -124,6 +124,12 @@ impl Actor for RunActor {
             tracing::error!(run_id = %args.run_id, %reason, "reel: run log unreadable; parked");
             core.park_unreadable_log(&args.run_id, reason).await?;
         }
+        if meta.state.is_finished() {
+            // The run's last append landed but its writer never heard so (a lost
+            // answer, a crash right after): its result waiters and parent may still
+            // be waiting. Telling them again is harmless.
+            core.run_finished(&meta);
+        }
         let engine = core.registry.lookup(&meta.workflow, meta.version);
         let journal = Journal::new(
             args.run_id.clone(),
