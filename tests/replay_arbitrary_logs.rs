@@ -75,10 +75,9 @@ fn payload() -> impl Strategy<Value = Payload> {
         any::<bool>().prop_map(|v| enc(&v)),
         (any::<bool>(), proptest::option::of(".{0,4}"))
             .prop_map(|(approved, feedback)| enc(&Approval { approved, feedback })),
-        (any::<u64>(), any::<u32>())
-            .prop_map(|(s, n)| enc(&std::time::SystemTime::UNIX_EPOCH
-                .checked_add(Duration::new(s % (1 << 40), n % 1_000_000_000))
-                .unwrap_or(std::time::UNIX_EPOCH))),
+        (any::<u64>(), any::<u32>()).prop_map(|(s, n)| enc(&std::time::SystemTime::UNIX_EPOCH
+            .checked_add(Duration::new(s % (1 << 40), n % 1_000_000_000))
+            .unwrap_or(std::time::UNIX_EPOCH))),
         any::<u128>().prop_map(|v| enc(&reel::Uuid::from_u128(v))),
         vec(any::<u8>(), 0..24).prop_map(Payload),
         // Deeply nested arrays: a decoder must not overflow the stack.
@@ -140,7 +139,7 @@ fn event() -> impl Strategy<Value = Event> {
 fn start() -> impl Strategy<Value = Vec<Event>> {
     prop_oneof![
         // A RunStarted with an input of the right type for some handler.
-        3 => (0..HANDLERS, prop_oneof![
+        6 => (0..HANDLERS, prop_oneof![
                 any::<u32>().prop_map(|v| enc(&v)),
                 Just(enc(&())),
                 ".{0,6}".prop_map(|s| enc(&s)),
@@ -157,9 +156,99 @@ fn start() -> impl Strategy<Value = Vec<Event>> {
     ]
 }
 
+/// A value of a type some handler decodes there, or any payload.
+fn value() -> impl Strategy<Value = Payload> {
+    prop_oneof![
+        2 => (0u32..10).prop_map(|v| enc(&v)),
+        1 => "[a-z]{0,3}".prop_map(|v| enc(&v)),
+        1 => payload(),
+    ]
+}
+
+/// What a handler's primitive records: an opening event and its result, as a real
+/// run would append them (so replay gets past the first events), or one random
+/// event.
+fn chunk() -> impl Strategy<Value = Vec<Event>> {
+    let step_id = || proptest::sample::select(&["a", "a#2", "a#3", "b", "b#2"][..]);
+    let n = || 1u32..4;
+    prop_oneof![
+        3 => event().prop_map(|e| vec![e]),
+        4 => (step_id(), value()).prop_map(|(id, output)| vec![
+            Event::StepStarted { id: id.to_owned(), attempt: 1 },
+            Event::StepCompleted { id: id.to_owned(), output },
+        ]),
+        2 => (step_id(), n(), any::<bool>()).prop_map(|(id, attempt, retry)| {
+            let mut v = vec![
+                Event::StepStarted { id: id.to_owned(), attempt },
+                Event::StepFailed {
+                    id: id.to_owned(),
+                    attempt,
+                    error: "boom".to_owned(),
+                    retry_at: retry.then_some(1),
+                },
+            ];
+            if retry {
+                let timer = format!("{id}/retry{attempt}");
+                v.push(Event::TimerScheduled { id: timer.clone(), fire_at: 1 });
+                v.push(Event::TimerFired { id: timer });
+            }
+            v
+        }),
+        2 => (n(), any::<bool>()).prop_map(|(k, fired)| {
+            let id = format!("timer#{k}");
+            let mut v = vec![Event::TimerScheduled { id: id.clone(), fire_at: 5 }];
+            v.push(if fired { Event::TimerFired { id } } else { Event::TimerCancelled { id } });
+            v
+        }),
+        2 => (n(), signal_name(), proptest::option::of(0u64..9), value(), any::<bool>())
+            .prop_map(|(k, name, deadline, payload, received)| {
+                let id = format!("signal#{k}");
+                let mut v = vec![Event::SignalAwaited { id: id.clone(), name: name.clone(), deadline }];
+                v.push(if received {
+                    Event::SignalReceived { name, signal_id: format!("s{k}"), payload }
+                } else {
+                    Event::TimerFired { id }
+                });
+                v
+            }),
+        1 => (any::<bool>(), proptest::option::of("[a-z]{0,3}")).prop_map(|(approved, feedback)| vec![
+            Event::SignalAwaited { id: "approval#1".to_owned(), name: "approval:boss".to_owned(), deadline: None },
+            Event::SignalReceived {
+                name: "approval:boss".to_owned(),
+                signal_id: "ap".to_owned(),
+                payload: enc(&Approval { approved, feedback }),
+            },
+        ]),
+        2 => (proptest::sample::select(&["now", "uuid", "random"][..]), any::<u64>(), payload())
+            .prop_map(|(kind, v, other)| {
+                let value = match kind {
+                    "now" => enc(&std::time::UNIX_EPOCH.checked_add(Duration::from_millis(v >> 24))
+                        .unwrap_or(std::time::UNIX_EPOCH)),
+                    "uuid" => enc(&reel::Uuid::from_u128(u128::from(v))),
+                    _ if v % 5 == 0 => other,
+                    _ => enc(&v),
+                };
+                vec![Event::Recorded { id: format!("{kind}#1"), kind: kind.to_owned(), value }]
+            }),
+        1 => (prop_oneof![value().prop_map(Ok), failure().prop_map(Err)], any::<bool>())
+            .prop_map(|(result, done)| {
+                let mut v = vec![Event::ChildStarted {
+                    id: "child#1".to_owned(),
+                    workflow: "leaf".to_owned(),
+                    version: 1,
+                    run_id: "kid".to_owned(),
+                }];
+                if done {
+                    v.push(Event::ChildCompleted { id: "child#1".to_owned(), result });
+                }
+                v
+            }),
+    ]
+}
+
 fn arbitrary_log() -> impl Strategy<Value = Vec<Event>> {
-    (start(), vec(event(), 0..24)).prop_map(|(mut log, rest)| {
-        log.extend(rest);
+    (start(), vec(chunk(), 0..12)).prop_map(|(mut log, rest)| {
+        log.extend(rest.into_iter().flatten());
         log
     })
 }
@@ -211,13 +300,17 @@ async fn record_real_logs() -> anyhow::Result<Vec<Vec<Event>>> {
     logs.push(run.events().await?);
 
     // The signal wins the select.
-    let run = host.start::<Select>("select-signal", "in".to_owned()).await?;
+    let run = host
+        .start::<Select>("select-signal", "in".to_owned())
+        .await?;
     run.signal("go", &"sig", "go-1").await?;
     run.result().await?;
     logs.push(run.events().await?);
 
     // The timer wins.
-    let run = host.start::<Select>("select-timer", "in".to_owned()).await?;
+    let run = host
+        .start::<Select>("select-timer", "in".to_owned())
+        .await?;
     run.result().await?;
     logs.push(run.events().await?);
 
@@ -253,6 +346,7 @@ enum Mutation {
     MoveToEnd(usize),
     FlipPayloadByte { event: usize, at: usize, xor: u8 },
     TruncatePayload { event: usize, len: usize },
+    ReplacePayload(usize, Payload),
     Replace(usize, Event),
     Insert(usize, Event),
 }
@@ -270,6 +364,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
             .prop_map(|(i, at, xor)| Mutation::FlipPayloadByte { event: i.index(usize::MAX), at, xor }),
         1 => (ix.clone(), any::<usize>())
             .prop_map(|(i, len)| Mutation::TruncatePayload { event: i.index(usize::MAX), len }),
+        3 => (ix.clone(), value()).prop_map(|(i, p)| Mutation::ReplacePayload(i.index(usize::MAX), p)),
         1 => (ix.clone(), event()).prop_map(|(i, e)| Mutation::Replace(i.index(usize::MAX), e)),
         1 => (ix, event()).prop_map(|(i, e)| Mutation::Insert(i.index(usize::MAX), e)),
     ]
@@ -321,6 +416,11 @@ fn apply(log: &mut Vec<Event>, m: &Mutation) {
             if let Some(p) = payload_mut(&mut log[event % n]) {
                 let k = len % (p.len() + 1);
                 p.truncate(k);
+            }
+        }
+        Mutation::ReplacePayload(i, new) => {
+            if let Some(p) = payload_mut(&mut log[i % n]) {
+                p.clone_from(&new.0);
             }
         }
         Mutation::Replace(i, e) => log[i % n] = e.clone(),

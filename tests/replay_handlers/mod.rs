@@ -49,10 +49,14 @@ impl Workflow for Sequential {
     type Input = u32;
     type Output = String;
     async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<String> {
-        let x: u32 = ctx.step("a", |_| async move { Ok::<_, String>(n + 1) }).await?;
+        let x: u32 = ctx
+            .step("a", |_| async move { Ok::<_, String>(n + 1) })
+            .await?;
         ctx.sleep(Duration::from_millis(5)).await?;
         let s: String = ctx.wait_for_signal("go").await?;
-        let y: u32 = ctx.step("a", |_| async move { Ok::<_, String>(x * 2) }).await?;
+        let y: u32 = ctx
+            .step("a", |_| async move { Ok::<_, String>(x * 2) })
+            .await?;
         let late: Option<String> = ctx
             .wait_for_signal_timeout("msg", Duration::from_millis(5))
             .await?;
@@ -190,7 +194,8 @@ impl Workflow for Leaf {
     type Input = u32;
     type Output = u32;
     async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<u32> {
-        ctx.step("a", |_| async move { Ok::<_, String>(n * 3) }).await
+        ctx.step("a", |_| async move { Ok::<_, String>(n * 3) })
+            .await
     }
 }
 
@@ -203,7 +208,9 @@ impl Workflow for Parent {
     type Output = u32;
     async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<u32> {
         let c = ctx.child::<Leaf>("kid", n).await?;
-        let d: u32 = ctx.step("a", |_| async move { Ok::<_, String>(c + 1) }).await?;
+        let d: u32 = ctx
+            .step("a", |_| async move { Ok::<_, String>(c + 1) })
+            .await?;
         Ok(d)
     }
 }
