@@ -9,7 +9,7 @@
 //! (`tests/replay_handlers`).
 //!
 //! The same property is fuzzed by `fuzz/fuzz_targets/replay_log.rs`.
-//! `REEL_FUZZ_CASES` sets the number of cases of each property (default 128).
+//! `REEL_FUZZ_CASES` sets the number of cases of each property (default 512).
 
 mod replay_handlers;
 
@@ -32,7 +32,7 @@ fn cases() -> u32 {
     std::env::var("REEL_FUZZ_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(128)
+        .unwrap_or(512)
 }
 
 fn enc<T: Serialize>(v: &T) -> Payload {
