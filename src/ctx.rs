@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use reel_actors::{Journal, Landing, Services};
@@ -101,16 +101,12 @@ pub(crate) struct State {
     /// The walk has passed the whole recorded history and the handler has done all
     /// it can with it: step bodies may run, children may be started.
     pub(crate) caught_up: bool,
-    /// Step futures waiting for `caught_up`.
-    pub(crate) catch_up: Vec<Waker>,
     /// Step bodies running now.
     pub(crate) bodies: usize,
     /// Appends made since the driver last looked; it polls them to completion.
     pub(crate) landings: Vec<Landing>,
     /// Work to start once caught up (child runs); the driver polls it.
     pub(crate) effects: Vec<BoxFuture<'static, ()>>,
-    /// A write failed: the execution stops and the actor restarts from disk.
-    pub(crate) fatal: Option<String>,
     /// A recorded value no longer decodes with this code: the run is parked.
     pub(crate) parked: Option<Error>,
     /// Replay-only mode: the first primitive past the end of the history.
@@ -166,11 +162,9 @@ impl Ctx {
                     replay: Replay::new(history),
                     slots: Slots::default(),
                     caught_up: false,
-                    catch_up: Vec::new(),
                     bodies: 0,
                     landings: Vec::new(),
                     effects: Vec::new(),
-                    fatal: None,
                     parked: None,
                     frontier: None,
                     settled: HashSet::new(),
@@ -283,7 +277,8 @@ pub(crate) struct SlotWait {
 
 impl SlotWait {
     /// Resolves with the slot's result if visible, or `None` once replay has caught
-    /// up without it (a step whose body must run now).
+    /// up without it (a step whose body must run now). While it waits, the waker
+    /// kept in the slot is the one catching up wakes.
     pub(crate) fn result_or_caught_up(&mut self) -> impl Future<Output = Option<Resolution>> + '_ {
         std::future::poll_fn(move |cx| {
             let mut st = self.ctx.lock();
@@ -294,7 +289,6 @@ impl SlotWait {
             if st.caught_up {
                 return Poll::Ready(None);
             }
-            st.catch_up.push(cx.waker().clone());
             Poll::Pending
         })
     }

@@ -34,7 +34,7 @@ use reel_storage::{Event, Failure};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
-use crate::ctx::{Ctx, decode, encode};
+use crate::ctx::{Ctx, State, decode, encode};
 use crate::replay::is_opening;
 use crate::slots::is_result;
 use crate::{Error, Result, Workflow};
@@ -191,8 +191,9 @@ where
             let delivered = {
                 let mut st = self.ctx.lock();
                 if seq < history_len && is_opening(&event) {
-                    let waits = st.slots.describe_waits();
-                    let checked = st.replay.walk_opening(|| match waits {
+                    // What the handler waits on is described only for the error.
+                    let State { replay, slots, .. } = &mut *st;
+                    let checked = replay.walk_opening(|| match slots.describe_waits() {
                         Some((what, _)) => format!("nothing new: it waits on {what}"),
                         None => "nothing new".to_owned(),
                     });
@@ -235,7 +236,7 @@ where
                 return false;
             }
             st.caught_up = true;
-            std::mem::take(&mut st.catch_up)
+            st.slots.take_step_wakers()
         };
         for w in wakers {
             w.wake();
@@ -246,9 +247,6 @@ where
     /// The final outcome if the execution must stop now.
     fn stopped(&self) -> Option<Outcome> {
         let st = self.ctx.lock();
-        if let Some(fatal) = &st.fatal {
-            return Some(Outcome::Crashed(fatal.clone()));
-        }
         if let Some(e) = st.replay.diverged() {
             return Some(Outcome::Parked(Failure::from(e)));
         }
@@ -300,8 +298,8 @@ where
     }
 
     fn finish(&mut self, outcome: Outcome) -> Poll<Option<Outcome>> {
+        // The handler is dropped with the driver, whose `Drop` marks it closing.
         self.finished = true;
-        self.ctx.lock().closing = true;
         Poll::Ready(Some(outcome))
     }
 }

@@ -172,6 +172,19 @@ impl Slots {
         }
     }
 
+    /// Takes the wakers of the steps still waiting for their result: replay has
+    /// caught up, and those without a recorded result may run their bodies now.
+    pub(crate) fn take_step_wakers(&mut self) -> Vec<Waker> {
+        self.slots
+            .iter_mut()
+            .filter(|(k, _)| matches!(k, Key::Step(_)))
+            .filter_map(|(_, s)| match &mut s.state {
+                State::Pending(w) => w.take(),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The primitive's future was dropped (or finished). A signal it claimed and
     /// never returned goes back to the front of the line: to the oldest pending wait
     /// on that name, else to the front of the buffer.

@@ -461,11 +461,14 @@ impl RunActor {
                 .await?;
             }
             Delivery::Timer(entry) => {
-                let fired = self
-                    .has_event(|e| matches!(e, Event::TimerFired { id } if *id == entry.timer_id));
-                let cancelled = self.has_event(
-                    |e| matches!(e, Event::TimerCancelled { id } if *id == entry.timer_id),
-                );
+                // One pass over the log: has this timer fired, or been cancelled?
+                let (fired, cancelled) = self.journal.with_events(|h, t| {
+                    h.iter().chain(t).fold((false, false), |(f, c), e| match e {
+                        Event::TimerFired { id } if *id == entry.timer_id => (true, c),
+                        Event::TimerCancelled { id } if *id == entry.timer_id => (f, true),
+                        _ => (f, c),
+                    })
+                });
                 if finished || fired || cancelled {
                     self.journal
                         .append_with(Vec::new(), None, vec![entry], false)
