@@ -33,13 +33,36 @@ pub struct Approval {
 }
 
 /// Passed to a step body.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct StepCtx {
     pub(crate) attempt: u32,
     pub(crate) key: String,
+    pub(crate) ctx: Ctx,
+}
+
+impl std::fmt::Debug for StepCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepCtx")
+            .field("attempt", &self.attempt)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }
 
 impl StepCtx {
+    /// Resolves with the reason once the run has been asked to cancel, so a long
+    /// body can stop early (for example in a `select!` with its work). The body's
+    /// result is still recorded and returned; an attempt that fails after the
+    /// request is not retried.
+    pub fn cancelled(&self) -> impl Future<Output = String> + Send + 'static {
+        self.ctx.cancelled()
+    }
+
+    /// Whether the run has been asked to cancel.
+    pub fn is_cancelled(&self) -> bool {
+        self.ctx.is_cancelled()
+    }
+
     /// 1-based attempt number (a crash mid-attempt runs the same attempt again).
     pub fn attempt(&self) -> u32 {
         self.attempt
@@ -74,6 +97,8 @@ pub(crate) fn idempotency_key(run_id: &str, step_id: &str) -> String {
 #[derive(Clone)]
 pub struct Ctx {
     pub(crate) inner: Arc<Inner>,
+    /// Calls through this handle are not ended by a cancel request (cleanup).
+    shielded: bool,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -86,6 +111,8 @@ impl std::fmt::Debug for Ctx {
 
 pub(crate) struct Inner {
     pub(crate) run_id: Arc<str>,
+    /// The run that started this one as its child.
+    pub(crate) parent: Option<String>,
     /// `None` when replaying without a store (`reel::testing`): a new primitive marks
     /// the end of the recorded history.
     pub(crate) journal: Option<Journal>,
@@ -147,14 +174,17 @@ pub(crate) fn millis(d: std::time::Duration) -> u64 {
 impl Ctx {
     pub(crate) fn new(
         run_id: Arc<str>,
+        parent: Option<String>,
         history: &Arc<Vec<Event>>,
         journal: Option<Journal>,
         services: Option<Services>,
         policy: RetryPolicy,
     ) -> Ctx {
         Ctx {
+            shielded: false,
             inner: Arc::new(Inner {
                 run_id,
+                parent,
                 journal,
                 services,
                 policy,
@@ -177,6 +207,80 @@ impl Ctx {
     /// The run's id.
     pub fn run_id(&self) -> &str {
         &self.inner.run_id
+    }
+
+    /// The id of the run that started this one as its child (waited for or
+    /// detached), if any.
+    pub fn parent_id(&self) -> Option<&str> {
+        self.inner.parent.as_deref()
+    }
+
+    /// Resolves with the reason once the run has been asked to cancel
+    /// ([`RunHandle::cancel`](crate::RunHandle::cancel), a parent's cancel, or the
+    /// run's deadline). The request reaches the handler at the same point on every
+    /// replay.
+    ///
+    /// When it does, every timer, signal wait and child wait still pending ends with
+    /// [`Error::Cancelled`], and later calls of those and of steps fail at once with
+    /// it, except through [`Ctx::shielded`], which cleanup uses. A step whose body is
+    /// running finishes (its body can watch [`StepCtx::cancelled`]). Whatever error
+    /// the handler then returns ends the run as cancelled; a value completes it. The
+    /// host cancels the run hard if it is still going after the cancel grace
+    /// ([`HostBuilder::cancel_grace`](crate::HostBuilder::cancel_grace)).
+    ///
+    /// # Examples
+    /// ```
+    /// use reel::{Ctx, Error, Workflow};
+    ///
+    /// struct Booking;
+    /// impl Workflow for Booking {
+    ///     const NAME: &'static str = "booking";
+    ///     type Input = ();
+    ///     type Output = String;
+    ///     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<String> {
+    ///         ctx.step("reserve", |_| async { Ok::<_, String>(()) }).await?;
+    ///         match ctx.wait_for_signal::<bool>("confirm").await {
+    ///             Err(Error::Cancelled(reason)) => {
+    ///                 // Compensate through the shielded handle, then end cancelled.
+    ///                 let cleanup = ctx.shielded();
+    ///                 cleanup.step("release", |_| async { Ok::<_, String>(()) }).await?;
+    ///                 Err(Error::Cancelled(reason))
+    ///             }
+    ///             other => Ok(format!("confirmed: {}", other?)),
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    pub fn cancelled(&self) -> impl Future<Output = String> + Send + 'static {
+        self.lock().slots.count_cancel_wait(true);
+        CancelWait(self.clone())
+    }
+
+    /// Whether the run's handler has seen a cancel request (see [`Ctx::cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        self.lock().slots.cancelled().is_some()
+    }
+
+    /// A handle whose calls a cancel request does not end: the cleanup and
+    /// compensation a cancelled run performs before it ends (Temporal's
+    /// non-cancellable scope). It sees the request like any handle.
+    pub fn shielded(&self) -> Ctx {
+        Ctx {
+            inner: self.inner.clone(),
+            shielded: true,
+        }
+    }
+
+    /// The error a new call gets once the handler has seen a cancel request, unless
+    /// it goes through a shielded handle.
+    pub(crate) fn refused(&self) -> Option<Error> {
+        if self.shielded {
+            return None;
+        }
+        self.lock()
+            .slots
+            .cancelled()
+            .map(|reason| Error::Cancelled(reason.to_owned()))
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -224,8 +328,12 @@ impl Ctx {
     }
 
     /// A future for the slot's result; dropping it removes the slot, and cancels
-    /// `timer` (id, due time) if it had not fired.
+    /// `timer` (id, due time) if it had not fired. A shielded handle's slot is not
+    /// ended by a cancel request.
     pub(crate) fn slot(&self, key: Key, timer: Option<(String, u64)>) -> SlotWait {
+        if self.shielded {
+            self.lock().slots.shield(&key);
+        }
         SlotWait {
             ctx: self.clone(),
             key,
@@ -283,7 +391,7 @@ impl SlotWait {
         std::future::poll_fn(move |cx| {
             let mut st = self.ctx.lock();
             if let Some(r) = st.slots.poll(&self.key, cx.waker()) {
-                self.done = true;
+                self.done = !matches!(r, Resolution::Cancelled(_));
                 return Poll::Ready(Some(r));
             }
             if st.caught_up {
@@ -302,7 +410,8 @@ impl Future for SlotWait {
         let taken = this.ctx.lock().slots.poll(&this.key, cx.waker());
         match taken {
             Some(r) => {
-                this.done = true;
+                // A wait ended by a cancel request leaves its timer to be cancelled.
+                this.done = !matches!(r, Resolution::Cancelled(_));
                 Poll::Ready(r)
             }
             None => Poll::Pending,
@@ -321,6 +430,26 @@ impl Drop for SlotWait {
         {
             self.ctx.cancel_timer(&id, fire_at);
         }
+    }
+}
+
+/// Waits for the cancel request (`ctx.cancelled()`); counted while alive.
+struct CancelWait(Ctx);
+
+impl Future for CancelWait {
+    type Output = String;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<String> {
+        match self.0.lock().slots.poll_cancelled(cx.waker()) {
+            Some(reason) => Poll::Ready(reason),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for CancelWait {
+    fn drop(&mut self) {
+        self.0.lock().slots.count_cancel_wait(false);
     }
 }
 

@@ -87,6 +87,10 @@ struct Driver<F> {
     /// The walk position at which a suspension was last reported: the actor is told
     /// again once the walk has moved (it marks the run running for every event).
     reported: Option<u64>,
+    /// The handler has returned: this outcome is reported once the child starts it
+    /// queued are done (a child called but never awaited still starts, before its
+    /// parent's end is recorded).
+    ending: Option<Outcome>,
     finished: bool,
 }
 
@@ -266,7 +270,17 @@ where
                 Ok(p) => Outcome::Completed(p),
                 Err(e) => Outcome::Failed(Failure::from(&e)),
             },
-            (Ok(()), Err(e)) => Outcome::Failed(Failure::from(&e)),
+            // After a cancel request, whatever error the handler ends with (the
+            // cancellation itself, or a failure of its cleanup) cancels the run.
+            (Ok(()), Err(e)) => match st.slots.cancelled() {
+                Some(reason) => {
+                    if !matches!(e, Error::Cancelled(_)) {
+                        tracing::warn!(error = %e, "reel: cancelled run ended with an error");
+                    }
+                    Outcome::Cancelled(reason.to_owned())
+                }
+                None => Outcome::Failed(Failure::from(&e)),
+            },
         }
     }
 
@@ -295,6 +309,18 @@ where
             awaits_child,
             seen: self.walked,
         })
+    }
+
+    /// Reports the handler's outcome once the child starts still under way are done.
+    fn end(&mut self, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
+        while let Poll::Ready(Some(_)) = self.effects.poll_next_unpin(cx) {}
+        if !self.effects.is_empty() {
+            return Poll::Pending;
+        }
+        match self.ending.take() {
+            Some(o) => self.finish(o),
+            None => Poll::Ready(None),
+        }
     }
 
     fn finish(&mut self, outcome: Outcome) -> Poll<Option<Outcome>> {
@@ -343,6 +369,9 @@ where
         if this.finished {
             return Poll::Ready(None);
         }
+        if this.ending.is_some() {
+            return this.end(cx);
+        }
         this.top.task.register(cx.waker());
         if let Some(j) = &this.journal {
             j.register_waker(cx.waker());
@@ -359,7 +388,14 @@ where
             this.collect_work();
             if let Poll::Ready(result) = polled {
                 let o = this.returned(result);
-                return this.finish(o);
+                if matches!(o, Outcome::Parked(_) | Outcome::Crashed(_)) {
+                    return this.finish(o);
+                }
+                let effects = std::mem::take(&mut this.ctx.lock().effects);
+                this.effects
+                    .extend(effects.into_iter().map(|e| tokio::spawn(e)));
+                this.ending = Some(o);
+                return this.end(cx);
             }
             if let Some(o) = this.stopped() {
                 return this.finish(o);
@@ -412,12 +448,14 @@ where
 pub(crate) fn execute<W: Workflow>(
     workflow: Arc<W>,
     run_id: Arc<str>,
+    parent: Option<String>,
     history: Arc<Vec<Event>>,
     journal: Option<Journal>,
     services: Option<Services>,
 ) -> (Pin<Box<dyn Stream<Item = Outcome> + Send>>, Ctx) {
     let ctx = Ctx::new(
         run_id,
+        parent,
         &history,
         journal.clone(),
         services,
@@ -450,6 +488,7 @@ pub(crate) fn execute<W: Workflow>(
         effects: FuturesUnordered::new(),
         walked: 1,
         reported: None,
+        ending: None,
         finished: false,
     };
     (Box::pin(driver), ctx)

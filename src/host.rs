@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry};
+use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry, Services, now_ms};
 use reel_storage::{Event, Failure, FjallStore, MemStore, RunMeta, RunState, Store};
 use serde::Serialize;
 
-use crate::ctx::{Approval, decode, encode};
+use crate::ctx::{Approval, decode, encode, millis};
 use crate::driver::execute;
 use crate::primitives::approval_signal;
-use crate::{Error, Result, Uuid, Workflow};
+use crate::{Ctx, Error, Result, Uuid, Workflow};
 
 /// Where a run stands.
 #[non_exhaustive]
@@ -64,6 +64,24 @@ impl From<&RunState> for RunStatus {
     }
 }
 
+/// How a run is started ([`Host::start_with`]).
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    /// After this long the run is asked to cancel, with a reason that says so
+    /// (`Error::Cancelled("deadline exceeded: …")`); its handler may clean up as for
+    /// any cancel. Counted from the start, across restarts.
+    pub timeout: Option<Duration>,
+}
+
+impl StartOptions {
+    /// Sets [`StartOptions::timeout`].
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+}
+
 /// One line of [`Host::runs`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunInfo {
@@ -75,12 +93,15 @@ pub struct RunInfo {
     pub version: u32,
     /// Where it stands.
     pub status: RunStatus,
+    /// The run that started it as a child, if any.
+    pub parent: Option<String>,
 }
 
 impl From<RunMeta> for RunInfo {
     fn from(m: RunMeta) -> RunInfo {
         RunInfo {
             status: RunStatus::from(&m.state),
+            parent: m.parent.map(|p| p.run_id),
             run_id: m.run_id,
             workflow: m.workflow,
             version: m.version,
@@ -95,6 +116,7 @@ impl<W: Workflow> Engine for WorkflowEngine<W> {
         execute(
             self.0.clone(),
             e.run_id,
+            e.parent,
             e.history,
             Some(e.journal),
             Some(e.services),
@@ -201,6 +223,14 @@ impl HostBuilder {
         self
     }
 
+    /// How long a cancelled run's handler may go on cleaning up before the run is
+    /// cancelled hard (default 30 s; zero cancels at once, as
+    /// [`RunHandle::terminate`] does).
+    pub fn cancel_grace(mut self, d: Duration) -> Self {
+        self.options.cancel_grace = d;
+        self
+    }
+
     /// Opens the store and starts recovering unfinished runs in the background:
     /// returns as soon as new work can be accepted.
     ///
@@ -272,9 +302,52 @@ impl Host {
     /// registered, [`Error::RunExists`] when another workflow has the id,
     /// [`Error::Codec`], [`Error::Storage`], [`Error::Shutdown`].
     pub async fn start<W: Workflow>(&self, run_id: &str, input: W::Input) -> Result<RunHandle<W>> {
+        self.start_with::<W>(run_id, input, StartOptions::default())
+            .await
+    }
+
+    /// [`Host::start`] with options: a `timeout` after which the run is asked to
+    /// cancel (durably: the deadline survives restarts, and one that passed while
+    /// no host ran fires at once). Starting an existing run changes nothing, its
+    /// options included.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use reel::{Ctx, Error, Host, StartOptions, Workflow};
+    ///
+    /// struct Wait;
+    /// impl Workflow for Wait {
+    ///     const NAME: &'static str = "wait";
+    ///     type Input = ();
+    ///     type Output = ();
+    ///     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<()> {
+    ///         ctx.wait_for_signal::<()>("never").await
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main] async fn main() -> reel::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let host = Host::builder().path(dir.path()).register(Wait).build().await?;
+    /// let options = StartOptions::default().timeout(Duration::from_millis(50));
+    /// let run = host.start_with::<Wait>("w-1", (), options).await?;
+    /// assert!(matches!(run.result().await, Err(Error::Cancelled(_))));
+    /// host.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Host::start`].
+    pub async fn start_with<W: Workflow>(
+        &self,
+        run_id: &str,
+        input: W::Input,
+        options: StartOptions,
+    ) -> Result<RunHandle<W>> {
         let input = encode(&input)?;
+        let deadline = options.timeout.map(|t| now_ms().saturating_add(millis(t)));
         self.core
-            .start(W::NAME, W::VERSION, run_id, input, None)
+            .start(W::NAME, W::VERSION, run_id, input, None, deadline)
             .await?;
         Ok(self.handle(run_id))
     }
@@ -282,7 +355,7 @@ impl Host {
     /// A handle on a run, without checking that it exists (its methods do).
     pub fn handle<W: Workflow>(&self, run_id: &str) -> RunHandle<W> {
         RunHandle {
-            core: self.core.clone(),
+            core: Some(self.core.clone()),
             run_id: Arc::from(run_id),
             workflow: PhantomData,
         }
@@ -322,7 +395,9 @@ impl Host {
 
 /// A handle on one run of workflow `W`. Cheap to clone; outlives nothing.
 pub struct RunHandle<W: Workflow> {
-    core: Arc<Core>,
+    /// `None` for a handle made while replaying without a host (`reel::testing`):
+    /// its methods answer [`Error::Shutdown`].
+    core: Option<Arc<Core>>,
     run_id: Arc<str>,
     workflow: PhantomData<fn() -> W>,
 }
@@ -347,6 +422,19 @@ impl<W: Workflow> std::fmt::Debug for RunHandle<W> {
 }
 
 impl<W: Workflow> RunHandle<W> {
+    /// A handle on `run_id` for a handler of this host (a detached child).
+    pub(crate) fn in_run(ctx: &Ctx, run_id: &str) -> RunHandle<W> {
+        RunHandle {
+            core: ctx.inner.services.as_ref().and_then(Services::core),
+            run_id: Arc::from(run_id),
+            workflow: PhantomData,
+        }
+    }
+
+    fn core(&self) -> Result<&Arc<Core>> {
+        self.core.as_ref().ok_or(Error::Shutdown)
+    }
+
     /// The run id.
     pub fn id(&self) -> &str {
         &self.run_id
@@ -380,7 +468,7 @@ impl<W: Workflow> RunHandle<W> {
     ) -> Result<()> {
         let payload = encode(payload)?;
         Ok(self
-            .core
+            .core()?
             .signal(&self.run_id, name, signal_id, payload)
             .await?)
     }
@@ -407,7 +495,7 @@ impl<W: Workflow> RunHandle<W> {
     /// # Errors
     /// [`Error::UnknownRun`], [`Error::Storage`].
     pub async fn status(&self) -> Result<RunStatus> {
-        match self.core.meta(&self.run_id).await? {
+        match self.core()?.meta(&self.run_id).await? {
             Some(m) => Ok(RunStatus::from(&m.state)),
             None => Err(Error::UnknownRun(self.run_id.to_string())),
         }
@@ -422,7 +510,7 @@ impl<W: Workflow> RunHandle<W> {
     /// [`Error::UnknownRun`], [`Error::Storage`], [`Error::Shutdown`].
     pub async fn wait_until_suspended(&self) -> Result<RunStatus> {
         let meta = self
-            .core
+            .core()?
             .wait_for(&self.run_id, |s| {
                 s.is_finished() || matches!(s, RunState::Suspended { .. } | RunState::Parked { .. })
             })
@@ -433,14 +521,67 @@ impl<W: Workflow> RunHandle<W> {
         }
     }
 
-    /// Cancels the run (and its unfinished children); its handler stops at once.
-    /// Cancelling a cancelled run does nothing.
+    /// Cancels the run, and the children it waits on with it, and returns once it
+    /// has ended. The request is recorded and reaches the handler where it waits
+    /// ([`Ctx::cancelled`]): its pending waits end with [`Error::Cancelled`] and it
+    /// may clean up through [`Ctx::shielded`] before it ends. A handler still going
+    /// after the host's cancel grace ([`HostBuilder::cancel_grace`], 30 s by
+    /// default) is cancelled hard. A parked run is cancelled at once. Cancelling a
+    /// run that is cancelling or cancelled does nothing more. If the host shuts down
+    /// first, the recorded request is carried out when the run resumes.
     ///
     /// # Errors
     /// [`Error::UnknownRun`], [`Error::RunFinished`] for a completed or failed run,
     /// [`Error::Storage`].
     pub async fn cancel(&self, reason: &str) -> Result<()> {
-        Ok(self.core.cancel(&self.run_id, reason).await?)
+        self.request_cancel(reason).await?;
+        match self.core()?.wait_settled(&self.run_id).await {
+            Ok(_) | Err(reel_actors::ActorError::Shutdown) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// [`RunHandle::cancel`] without waiting: returns once the request is recorded.
+    ///
+    /// # Errors
+    /// As [`RunHandle::cancel`].
+    pub async fn request_cancel(&self, reason: &str) -> Result<()> {
+        Ok(self.core()?.cancel(&self.run_id, reason, false).await?)
+    }
+
+    /// Cancels the run at once, without letting its handler clean up (Temporal's
+    /// terminate), and its unfinished children with it. Also ends a run whose
+    /// graceful cancel is under way.
+    ///
+    /// # Errors
+    /// As [`RunHandle::cancel`].
+    pub async fn terminate(&self, reason: &str) -> Result<()> {
+        Ok(self.core()?.cancel(&self.run_id, reason, true).await?)
+    }
+
+    /// The child runs this run has started (waited for or detached), in the order
+    /// it first called them. A call whose id named a run that already existed
+    /// (started by someone else) is not one of them.
+    ///
+    /// # Errors
+    /// [`Error::UnknownRun`], [`Error::Storage`].
+    pub async fn children(&self) -> Result<Vec<RunInfo>> {
+        let core = self.core()?;
+        let mut seen = HashSet::new();
+        let mut children = Vec::new();
+        for event in core.events(&self.run_id).await? {
+            if let Event::ChildStarted { run_id, .. } = event
+                && seen.insert(run_id.clone())
+                && let Some(meta) = core.meta(&run_id).await?
+                && meta
+                    .parent
+                    .as_ref()
+                    .is_some_and(|p| *p.run_id == *self.run_id)
+            {
+                children.push(RunInfo::from(meta));
+            }
+        }
+        Ok(children)
     }
 
     /// Waits for the run to end and returns its output.
@@ -453,13 +594,14 @@ impl<W: Workflow> RunHandle<W> {
     /// workflow than `W` (at once, without waiting), [`Error::Codec`] if the output
     /// does not decode into `W::Output`.
     pub async fn result(&self) -> Result<W::Output> {
-        if let Some(meta) = self.core.meta(&self.run_id).await? {
+        let core = self.core()?;
+        if let Some(meta) = core.meta(&self.run_id).await? {
             self.check_workflow(&meta)?;
         }
-        let meta = self.core.wait_settled(&self.run_id).await?;
+        let meta = core.wait_settled(&self.run_id).await?;
         self.check_workflow(&meta)?;
         match meta.state {
-            RunState::Completed => match self.core.last_event(&self.run_id).await? {
+            RunState::Completed => match core.last_event(&self.run_id).await? {
                 Some(Event::RunCompleted { output }) => decode(&output),
                 other => Err(Error::Storage(format!(
                     "run `{}` is completed but its log ends with {other:?}",
@@ -489,6 +631,6 @@ impl<W: Workflow> RunHandle<W> {
     /// [`Error::UnknownRun`], [`Error::Storage`] (a corrupt record names its run and
     /// sequence number).
     pub async fn events(&self) -> Result<Vec<Event>> {
-        Ok(self.core.events(&self.run_id).await?)
+        Ok(self.core()?.events(&self.run_id).await?)
     }
 }

@@ -71,7 +71,7 @@ mod workflow;
 
 pub use ctx::{Approval, Ctx, StepCtx};
 pub use error::{Error, Result};
-pub use host::{Host, HostBuilder, RunHandle, RunInfo, RunStatus};
+pub use host::{Host, HostBuilder, RunHandle, RunInfo, RunStatus, StartOptions};
 pub use reel_storage::{Event, Failure, FjallStore, MemStore, Payload, Store};
 pub use uuid::Uuid;
 pub use workflow::{RetryPolicy, Workflow};

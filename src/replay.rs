@@ -192,7 +192,7 @@ impl Replay {
                 Event::TimerFired { id } | Event::TimerCancelled { id } => {
                     r.settled.insert(id.clone());
                 }
-                Event::ChildCompleted { id, .. } => {
+                Event::ChildCompleted { id, .. } | Event::ChildDetached { id, .. } => {
                     r.children_done.insert(id.clone());
                 }
                 _ => {}

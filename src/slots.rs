@@ -41,6 +41,10 @@ pub(crate) enum Resolution {
     TimedOut,
     Value(Payload),
     Child(Result<Payload, Failure>),
+    /// A detached child was started (`None`) or could not be.
+    Detached(Option<Failure>),
+    /// The run was asked to cancel while this waited, with the reason.
+    Cancelled(String),
 }
 
 enum State {
@@ -61,6 +65,9 @@ struct Slot {
     wait: Option<WaitInfo>,
     /// For signal waits: the name, and whether the deadline timer is still armed.
     signal: Option<String>,
+    /// Whether a cancel request ends this wait (timers, signal waits, children; not
+    /// steps, whose bodies finish, nor recorded values, nor shielded calls).
+    cancellable: bool,
 }
 
 /// What one delivery did.
@@ -82,6 +89,13 @@ pub(crate) struct Slots {
     waits: HashMap<String, VecDeque<String>>,
     /// Visible signals no wait has taken yet, by name, oldest first.
     buffer: HashMap<String, VecDeque<Payload>>,
+    /// The reason of the cancel request, once the walk has reached it.
+    cancelled: Option<String>,
+    /// `ctx.cancelled()` futures waiting for the request.
+    cancel_wakers: Vec<Waker>,
+    /// How many `ctx.cancelled()` futures are alive: waiting on the request is a
+    /// durable wait like any other (the run may passivate while it waits).
+    cancel_waits: usize,
 }
 
 impl Slots {
@@ -89,15 +103,78 @@ impl Slots {
     pub(crate) fn register(&mut self, key: Key, wait: Option<WaitInfo>) {
         let order = self.next_order;
         self.next_order += 1;
+        let cancellable = matches!(key, Key::Timer(_) | Key::Wait(_) | Key::Child(_));
+        // Called after the cancel request was seen (a step's backoff planned on
+        // replay): ended at once, like the waits pending when it was seen.
+        let state = match &self.cancelled {
+            Some(reason) if cancellable => State::Ready(Resolution::Cancelled(reason.clone())),
+            _ => State::Pending(None),
+        };
         self.slots.insert(
             key,
             Slot {
                 order,
-                state: State::Pending(None),
+                cancellable,
+                state,
                 wait,
                 signal: None,
             },
         );
+    }
+
+    /// Keeps a cancel request from ending this slot's wait (a shielded call).
+    pub(crate) fn shield(&mut self, key: &Key) {
+        if let Some(slot) = self.slots.get_mut(key) {
+            slot.cancellable = false;
+            if matches!(slot.state, State::Ready(Resolution::Cancelled(_))) {
+                slot.state = State::Pending(None);
+            }
+        }
+    }
+
+    /// The reason of the cancel request, once it is visible.
+    pub(crate) fn cancelled(&self) -> Option<&str> {
+        self.cancelled.as_deref()
+    }
+
+    /// A `ctx.cancelled()` future was made (`true`) or dropped.
+    pub(crate) fn count_cancel_wait(&mut self, alive: bool) {
+        if alive {
+            self.cancel_waits += 1;
+        } else {
+            self.cancel_waits = self.cancel_waits.saturating_sub(1);
+        }
+    }
+
+    /// The cancel reason if visible, else remembers `waker` for when it is.
+    pub(crate) fn poll_cancelled(&mut self, waker: &Waker) -> Option<String> {
+        if let Some(reason) = &self.cancelled {
+            return Some(reason.clone());
+        }
+        if !self.cancel_wakers.iter().any(|w| w.will_wake(waker)) {
+            self.cancel_wakers.push(waker.clone());
+        }
+        None
+    }
+
+    /// The walk reached the cancel request: every cancellable wait ends with it.
+    fn cancel(&mut self, reason: &str, out: &mut Delivered) {
+        if self.cancelled.is_some() {
+            return;
+        }
+        self.cancelled = Some(reason.to_owned());
+        out.wakers.append(&mut self.cancel_wakers);
+        let pending: Vec<Key> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.cancellable && matches!(s.state, State::Pending(_)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in pending {
+            self.resolve(&key, Resolution::Cancelled(reason.to_owned()), out);
+        }
+        // The handler must see the request before anything later is walked.
+        out.resolved = true;
     }
 
     /// Registers a signal wait. A buffered signal reaches it through
@@ -295,6 +372,14 @@ impl Slots {
                     &mut out,
                 );
             }
+            Event::ChildDetached { id, error } => {
+                self.resolve(
+                    &Key::Child(id.clone()),
+                    Resolution::Detached(error.clone()),
+                    &mut out,
+                );
+            }
+            Event::CancelRequested { reason } => self.cancel(reason, &mut out),
             _ => {}
         }
         out
@@ -309,11 +394,15 @@ impl Slots {
             .filter(|s| matches!(s.state, State::Pending(_)))
             .filter_map(|s| s.wait.as_ref().map(|w| (s.order, w)))
             .collect();
-        if pending.is_empty() {
+        let on_cancel = self.cancel_waits > 0 && self.cancelled.is_none();
+        if pending.is_empty() && !on_cancel {
             return None;
         }
         let mut whats: Vec<&str> = pending.values().map(|w| w.what.as_str()).collect();
         whats.dedup();
+        if on_cancel {
+            whats.push("a cancel request");
+        }
         let child = pending.values().any(|w| w.child);
         Some((whats.join(", "), child))
     }
@@ -330,6 +419,8 @@ pub(crate) fn is_result(event: &Event) -> bool {
             | Event::SignalReceived { .. }
             | Event::Recorded { .. }
             | Event::ChildCompleted { .. }
+            | Event::ChildDetached { .. }
+            | Event::CancelRequested { .. }
     )
 }
 

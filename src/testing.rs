@@ -66,7 +66,14 @@ pub async fn replay_as<W: Workflow>(
     history: &[Event],
 ) -> Result<Replayed<W::Output>> {
     let history = Arc::new(history.to_vec());
-    let (mut outcomes, ctx) = execute(Arc::new(workflow), Arc::from(run_id), history, None, None);
+    let (mut outcomes, ctx) = execute(
+        Arc::new(workflow),
+        Arc::from(run_id),
+        None,
+        history,
+        None,
+        None,
+    );
     let Some(outcome) = outcomes.next().await else {
         return Err(Error::Crashed(
             "the execution ended without an outcome".into(),
@@ -75,6 +82,7 @@ pub async fn replay_as<W: Workflow>(
     match outcome {
         Outcome::Completed(p) => decode(&p).map(Replayed::Completed),
         Outcome::Failed(f) => Ok(Replayed::Failed(f.into())),
+        Outcome::Cancelled(reason) => Ok(Replayed::Failed(Error::Cancelled(reason))),
         Outcome::Parked(f) => Err(f.into()),
         Outcome::Crashed(m) => Err(Error::Crashed(m)),
         Outcome::Suspended { waiting_on, .. } => Ok(Replayed::Pending(

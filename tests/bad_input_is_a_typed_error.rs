@@ -193,6 +193,7 @@ async fn cancel_stops_a_waiting_run() -> anyhow::Result<()> {
             "RunStarted",
             "SignalAwaited",
             "CancelRequested",
+            "Deadline",
             "RunCancelled"
         ]
     );

@@ -20,6 +20,7 @@ use tokio::sync::{Semaphore, oneshot};
 
 use crate::engine::Registry;
 use crate::error::ActorError;
+use crate::journal::{RUN_DEADLINE, timer_of};
 use crate::run_actor::{Delivery, Resume, RunActor, RunArgs, StopRun};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
 use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
@@ -30,6 +31,7 @@ mod parking;
 mod waiters;
 
 pub use children::Services;
+pub(crate) use children::is_detached;
 
 /// Tuning of a [`Core`].
 #[derive(Clone, Debug)]
@@ -44,6 +46,9 @@ pub struct CoreOptions {
     pub restart_window: Duration,
     /// Activations running at once during recovery and timer storms.
     pub activation_concurrency: usize,
+    /// How long a cancelled run's handler may go on cleaning up before it is
+    /// cancelled hard. Zero cancels at once.
+    pub cancel_grace: Duration,
 }
 
 impl Default for CoreOptions {
@@ -53,6 +58,7 @@ impl Default for CoreOptions {
             restart_limit: 3,
             restart_window: Duration::from_secs(30),
             activation_concurrency: 256,
+            cancel_grace: Duration::from_secs(30),
         }
     }
 }
@@ -279,6 +285,7 @@ impl Core {
     }
 
     /// Creates a run (idempotent on `run_id` for the same workflow) and starts it.
+    /// A `deadline` (ms since the epoch) asks the run to cancel when it passes.
     ///
     /// # Errors
     /// [`ActorError::NotRegistered`] for an unknown workflow or version,
@@ -290,6 +297,7 @@ impl Core {
         run_id: &str,
         input: Payload,
         parent: Option<ParentLink>,
+        deadline: Option<u64>,
     ) -> Result<Started, ActorError> {
         self.check_open()?;
         check_run_id(run_id)?;
@@ -312,14 +320,22 @@ impl Core {
             version,
             input,
         };
-        let (meta_copy, started_copy) = (meta.clone(), started.clone());
+        let mut events = vec![started];
+        events.extend(deadline.map(|fire_at| Event::Deadline {
+            id: RUN_DEADLINE.to_owned(),
+            fire_at,
+        }));
+        let add_timers: Vec<TimerEntry> =
+            events.iter().filter_map(|e| timer_of(run_id, e)).collect();
+        let (meta_copy, events_copy) = (meta.clone(), events.clone());
         let created = self
             .store
             .submit(Append {
                 run_id: run_id.to_owned(),
                 expected_seq: Some(0),
-                events: vec![started],
+                events,
                 meta: Some(meta),
+                add_timers: add_timers.clone(),
                 durable: true,
                 ..Append::default()
             })
@@ -342,13 +358,14 @@ impl Core {
             }
             Err(e) => return Err(e.into()),
         }
+        self.schedule_timers(add_timers);
         // The new actor gets the run as just written instead of reading it back.
         // In a task of its own: a caller that stops waiting (a timeout, a parent's
         // branch dropped) must not leave a created run without an actor.
         let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
         let id = run_id.to_owned();
         tokio::spawn(async move {
-            core.deliver_with(&id, Resume, Some((meta_copy, vec![started_copy])))
+            core.deliver_with(&id, Resume, Some((meta_copy, events_copy)))
                 .await
         })
         .await
@@ -482,12 +499,14 @@ impl Core {
         .await
     }
 
-    /// Cancels a run (and its unfinished children).
+    /// Cancels a run (and its unfinished children). A graceful cancel records the
+    /// request, which the handler sees, and cancels hard after
+    /// [`CoreOptions::cancel_grace`]; a `hard` one ends the run at once.
     ///
     /// # Errors
     /// [`ActorError::UnknownRun`], [`ActorError::RunFinished`] for a completed or
     /// failed run (cancelling a cancelled run is a no-op), storage errors.
-    pub async fn cancel(&self, run_id: &str, reason: &str) -> Result<(), ActorError> {
+    pub async fn cancel(&self, run_id: &str, reason: &str, hard: bool) -> Result<(), ActorError> {
         self.check_open()?;
         let meta = self.known(run_id).await?;
         match meta.state {
@@ -499,6 +518,7 @@ impl Core {
             run_id,
             Delivery::Cancel {
                 reason: reason.to_owned(),
+                hard,
             },
         )
         .await

@@ -22,6 +22,9 @@ pub enum Outcome {
     Completed(Payload),
     /// The handler returned an error: the run fails with it.
     Failed(Failure),
+    /// The handler ended (with an error) after it was asked to cancel: the run is
+    /// cancelled, with the reason it was given.
+    Cancelled(String),
     /// Every branch of the handler waits on something durable (timer, signal, child).
     /// Not final: the execution stays alive and goes on when the journal reports new
     /// durable events.
@@ -52,6 +55,8 @@ pub struct Execution {
     pub journal: Journal,
     /// Host services (child runs).
     pub services: Services,
+    /// The run that started this one as its child, if any.
+    pub parent: Option<String>,
 }
 
 /// One registered workflow definition (one name and version), type-erased.

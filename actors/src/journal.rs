@@ -44,7 +44,9 @@ struct State {
 /// A timer entry for a timer-creating event, if it is one.
 pub(crate) fn timer_of(run_id: &str, event: &Event) -> Option<TimerEntry> {
     let (fire_at, timer_id) = match event {
-        Event::TimerScheduled { id, fire_at } => (*fire_at, id.clone()),
+        Event::TimerScheduled { id, fire_at } | Event::Deadline { id, fire_at } => {
+            (*fire_at, id.clone())
+        }
         Event::SignalAwaited {
             id,
             deadline: Some(d),
@@ -64,6 +66,12 @@ pub(crate) fn timer_of(run_id: &str, event: &Event) -> Option<TimerEntry> {
         timer_id,
     })
 }
+
+/// The timer id of the run's own deadline (`StartOptions::timeout`).
+pub(crate) const RUN_DEADLINE: &str = "@run-deadline";
+
+/// The timer id of the grace a cancelled run's cleanup gets before a hard cancel.
+pub(crate) const CANCEL_DEADLINE: &str = "@cancel-deadline";
 
 /// The id of the backoff timer after a failed attempt of a step.
 pub fn retry_timer_id(step_id: &str, failed_attempt: u32) -> String {

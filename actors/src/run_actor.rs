@@ -21,11 +21,14 @@ use reel_storage::{Event, Failure, Payload, RunMeta, RunState, TimerEntry};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
-use crate::core::{Core, Services, blocking};
+use crate::core::{Core, Services, blocking, is_detached};
 use crate::engine::{Engine, Execution, Outcome};
 use crate::error::ActorError;
 use crate::journal::{Journal, pending_timers};
 use crate::timers::now_ms;
+
+mod cancel;
+mod delivery;
 
 pub(crate) struct RunArgs {
     pub(crate) core: Weak<Core>,
@@ -67,8 +70,15 @@ pub(crate) enum Delivery {
         wait_id: String,
         result: Result<Payload, Failure>,
     },
+    /// The detached child `detached#<n>` was started, or could not be.
+    ChildDetached {
+        wait_id: String,
+        error: Option<Failure>,
+    },
+    /// Cancel the run: graceful (the handler may clean up) unless `hard`.
     Cancel {
         reason: String,
+        hard: bool,
     },
 }
 
@@ -228,6 +238,7 @@ impl RunActor {
             history: self.journal.snapshot(),
             journal: self.journal.clone(),
             services: Services(Arc::downgrade(&self.core)),
+            parent: self.meta.parent.as_ref().map(|p| p.run_id.clone()),
         };
         let span = tracing::info_span!(
             "reel.run",
@@ -370,6 +381,7 @@ impl RunActor {
             .with_events(|h, t| h.iter().chain(t.iter()).any(pred))
     }
 
+    /// The children the run waits on that have not ended (detached ones excluded).
     fn unfinished_children(&self) -> Vec<String> {
         self.journal.with_events(|h, t| {
             let done: std::collections::HashSet<&str> = h
@@ -383,7 +395,9 @@ impl RunActor {
             h.iter()
                 .chain(t)
                 .filter_map(|e| match e {
-                    Event::ChildStarted { id, run_id, .. } if !done.contains(id.as_str()) => {
+                    Event::ChildStarted { id, run_id, .. }
+                        if !done.contains(id.as_str()) && !is_detached(id) =>
+                    {
                         Some(run_id.clone())
                     }
                     _ => None,
@@ -425,125 +439,6 @@ impl Message<Delivery> for RunActor {
     }
 }
 
-impl RunActor {
-    async fn deliver(
-        &mut self,
-        d: Delivery,
-        ctx: &mut Context<Self, Result<(), ActorError>>,
-    ) -> Result<(), ActorError> {
-        let finished = self.meta.state.is_finished();
-        let me = ctx.actor_ref().clone();
-        match d {
-            Delivery::Signal {
-                name,
-                signal_id,
-                payload,
-            } => {
-                if finished {
-                    return Err(ActorError::RunFinished(self.run_id.to_string()));
-                }
-                if self.has_event(
-                    |e| matches!(e, Event::SignalReceived { signal_id: s, .. } if *s == signal_id),
-                ) {
-                    // Already recorded (a retried send whose first answer was lost):
-                    // make sure an execution will see it.
-                    self.begin(&me, false).await;
-                    return Ok(());
-                }
-                self.append_wake(
-                    vec![Event::SignalReceived {
-                        name,
-                        signal_id,
-                        payload,
-                    }],
-                    Vec::new(),
-                )
-                .await?;
-            }
-            Delivery::Timer(entry) => {
-                // One pass over the log: has this timer fired, or been cancelled?
-                let (fired, cancelled) = self.journal.with_events(|h, t| {
-                    h.iter().chain(t).fold((false, false), |(f, c), e| match e {
-                        Event::TimerFired { id } if *id == entry.timer_id => (true, c),
-                        Event::TimerCancelled { id } if *id == entry.timer_id => (f, true),
-                        _ => (f, c),
-                    })
-                });
-                if finished || fired || cancelled {
-                    self.journal
-                        .append_with(Vec::new(), None, vec![entry], false)
-                        .await?;
-                    if fired {
-                        // Recorded by a delivery whose answer was lost: make sure an
-                        // execution sees it. A cancelled timer wakes nothing.
-                        self.begin(&me, false).await;
-                    }
-                    return Ok(());
-                }
-                let id = entry.timer_id.clone();
-                self.append_wake(vec![Event::TimerFired { id }], vec![entry])
-                    .await?;
-            }
-            Delivery::ChildDone { wait_id, result } => {
-                if finished
-                    || self.has_event(
-                        |e| matches!(e, Event::ChildCompleted { id, .. } if *id == wait_id),
-                    )
-                {
-                    self.begin(&me, false).await;
-                    return Ok(());
-                }
-                self.append_wake(
-                    vec![Event::ChildCompleted {
-                        id: wait_id,
-                        result,
-                    }],
-                    Vec::new(),
-                )
-                .await?;
-            }
-            Delivery::Cancel { reason } => {
-                if matches!(self.meta.state, RunState::Cancelled { .. }) {
-                    return Ok(());
-                }
-                if finished {
-                    return Err(ActorError::RunFinished(self.run_id.to_string()));
-                }
-                self.abort_execution();
-                let children = self.unfinished_children();
-                self.finish(
-                    vec![
-                        Event::CancelRequested {
-                            reason: reason.clone(),
-                        },
-                        Event::RunCancelled {
-                            reason: reason.clone(),
-                        },
-                    ],
-                    RunState::Cancelled {
-                        reason: reason.clone(),
-                    },
-                    ctx,
-                )
-                .await?;
-                for child in children {
-                    self.core.spawn_delivery(
-                        child,
-                        Delivery::Cancel {
-                            reason: format!("parent cancelled: {reason}"),
-                        },
-                    );
-                }
-                return Ok(());
-            }
-        }
-        // A live execution sees the new event through the journal.
-        self.suspended = false;
-        self.begin(&me, false).await;
-        Ok(())
-    }
-}
-
 impl Message<ExecReport> for RunActor {
     type Reply = ();
 
@@ -570,6 +465,16 @@ impl Message<ExecReport> for RunActor {
                         error: error.clone(),
                     }],
                     RunState::Failed { error },
+                    ctx,
+                )
+                .await
+            }
+            Outcome::Cancelled(reason) => {
+                self.finish(
+                    vec![Event::RunCancelled {
+                        reason: reason.clone(),
+                    }],
+                    RunState::Cancelled { reason },
                     ctx,
                 )
                 .await

@@ -43,7 +43,7 @@ async fn abandoned_result_waits_are_pruned() {
     )
     .await
     .expect("open");
-    core.start("w", 1, "r", Payload::default(), None)
+    core.start("w", 1, "r", Payload::default(), None, None)
         .await
         .expect("start");
     for _ in 0..200 {

@@ -1,51 +1,165 @@
-//! Child runs: `ctx.child`.
+//! Child runs: `ctx.child` (waited for) and `ctx.start_child` (detached).
 //!
 //! `ChildStarted` is recorded when the child is called, and the child run is
 //! started (idempotent on its id) once replay has caught up, whether or not the
-//! call's future is ever awaited. The child's end is delivered to this run as
-//! `ChildCompleted`, which the driver hands to the call's slot.
+//! call's future is ever awaited. A waited-for child's end is delivered to this run
+//! as `ChildCompleted`, which the driver hands to the call's slot. A detached child
+//! (`detached#<n>`) is not waited for: this run only learns that it was created
+//! (`ChildDetached`), is not told when it ends and does not cancel it.
 
 use std::future::Future;
 
-use reel_storage::Event;
+use futures::future::Either;
+use reel_storage::{Event, Payload};
 
 use crate::ctx::{decode, encode};
+use crate::host::RunHandle;
 use crate::replay::{Kind, Opened};
 use crate::slots::{Key, Resolution, WaitInfo};
 use crate::{Ctx, Error, Result, Workflow};
 
+/// How a child call goes on after its bookkeeping.
+struct Called {
+    id: String,
+    opened: Result<Opened>,
+    input: Result<Payload>,
+}
+
 impl Ctx {
     /// Starts a child run of workflow `W` (idempotent on `child_run_id`) and waits for
     /// its output. The child is a run like any other; its completion wakes this run,
-    /// also across restarts.
+    /// also across restarts. It is started even if this future is never awaited, and
+    /// cancelled when this run is.
     ///
     /// # Errors
-    /// The child's own error if it failed ([`Error::Cancelled`] if cancelled),
-    /// [`Error::RunExists`]-like failures when the id belongs to another workflow,
-    /// [`Error::Codec`], [`Error::ReplayDivergence`], [`Error::Storage`].
+    /// The child's own error if it failed ([`Error::Cancelled`] if cancelled, or if
+    /// this run is asked to cancel while it waits), [`Error::RunExists`]-like
+    /// failures when the id belongs to another workflow, [`Error::Codec`],
+    /// [`Error::ReplayDivergence`], [`Error::Storage`].
     pub fn child<W: Workflow>(
         &self,
         child_run_id: &str,
         input: W::Input,
     ) -> impl Future<Output = Result<W::Output>> + Send + use<W> {
+        if let Some(e) = self.refused() {
+            return Either::Left(std::future::ready(Err(e)));
+        }
         let child_run_id = child_run_id.to_owned();
-        let input = encode(&input);
+        let called = self.call_child::<W>("child", &child_run_id, &input, |ctx, id, input| {
+            let Some(services) = ctx.inner.services.clone() else {
+                return;
+            };
+            let parent = ctx.inner.run_id.clone();
+            let (wait_id, run_id) = (id.to_owned(), child_run_id.clone());
+            ctx.lock().effects.push(Box::pin(async move {
+                services
+                    .ensure_child(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)
+                    .await;
+            }));
+        });
+        let wait = self.slot(Key::Child(called.id.clone()), None);
+        let ctx = self.clone();
+        Either::Right(async move {
+            let opened = called.opened?;
+            called.input?;
+            if opened == Opened::New && !ctx.live() {
+                return ctx.frontier(format!("child `{child_run_id}`")).await;
+            }
+            match wait.await {
+                Resolution::Child(Ok(p)) => decode(&p),
+                Resolution::Child(Err(f)) => Err(f.into()),
+                Resolution::Cancelled(reason) => Err(Error::Cancelled(reason)),
+                other => Err(Error::Codec(format!(
+                    "child `{child_run_id}` received {other:?}"
+                ))),
+            }
+        })
+    }
+
+    /// Starts a detached child run of workflow `W` (idempotent on `child_run_id`)
+    /// and returns its handle once it exists, without waiting for it to end. This
+    /// run is not told when it ends and does not cancel it; its parent id is this
+    /// run's. To wait for a child durably, use [`Ctx::child`]; the handle's
+    /// `result()` is not a durable wait.
+    ///
+    /// # Errors
+    /// [`Error::Failed`] naming why the child could not be created (its id belongs to
+    /// another workflow, `W` is not registered), [`Error::Cancelled`] once this run
+    /// is asked to cancel, [`Error::Codec`], [`Error::ReplayDivergence`],
+    /// [`Error::Storage`].
+    pub fn start_child<W: Workflow>(
+        &self,
+        child_run_id: &str,
+        input: W::Input,
+    ) -> impl Future<Output = Result<RunHandle<W>>> + Send + use<W> {
+        if let Some(e) = self.refused() {
+            return Either::Left(std::future::ready(Err(e)));
+        }
+        let child_run_id = child_run_id.to_owned();
+        let called = self.call_child::<W>("detached", &child_run_id, &input, |ctx, id, input| {
+            let Some(services) = ctx.inner.services.clone() else {
+                return;
+            };
+            let parent = ctx.inner.run_id.clone();
+            let (wait_id, run_id) = (id.to_owned(), child_run_id.clone());
+            ctx.lock().effects.push(Box::pin(async move {
+                services
+                    .start_detached(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)
+                    .await;
+            }));
+        });
+        let wait = self.slot(Key::Child(called.id.clone()), None);
+        let ctx = self.clone();
+        Either::Right(async move {
+            let opened = called.opened?;
+            called.input?;
+            if opened == Opened::New && !ctx.live() {
+                return ctx
+                    .frontier(format!("detached child `{child_run_id}`"))
+                    .await;
+            }
+            match wait.await {
+                Resolution::Detached(None) => Ok(RunHandle::in_run(&ctx, &child_run_id)),
+                Resolution::Detached(Some(f)) => Err(f.into()),
+                Resolution::Cancelled(reason) => Err(Error::Cancelled(reason)),
+                other => Err(Error::Codec(format!(
+                    "detached child `{child_run_id}` received {other:?}"
+                ))),
+            }
+        })
+    }
+
+    /// The bookkeeping both child calls share: id, matching against the log,
+    /// `ChildStarted`, and queueing the start (`start`) unless the log says it is
+    /// done.
+    fn call_child<W: Workflow>(
+        &self,
+        prefix: &'static str,
+        child_run_id: &str,
+        input: &W::Input,
+        start: impl FnOnce(&Ctx, &str, Payload),
+    ) -> Called {
+        let input = encode(input);
         let (id, opened, done) = {
             let mut st = self.lock();
-            let id = st.replay.positional("child");
+            let id = st.replay.positional(prefix);
             let opened = st.replay.open(
                 &id,
                 Kind::Child {
                     workflow: W::NAME.to_owned(),
-                    run_id: child_run_id.clone(),
+                    run_id: child_run_id.to_owned(),
                 },
             );
             if opened.is_ok() {
+                let what = match prefix {
+                    "child" => format!("child run `{child_run_id}`"),
+                    _ => format!("the start of detached child `{child_run_id}`"),
+                };
                 st.slots.register(
                     Key::Child(id.clone()),
                     Some(WaitInfo {
-                        what: format!("child run `{child_run_id}`"),
-                        child: true,
+                        what,
+                        child: prefix == "child",
                     }),
                 );
             }
@@ -59,50 +173,15 @@ impl Ctx {
                         id: id.clone(),
                         workflow: W::NAME.to_owned(),
                         version: W::VERSION,
-                        run_id: child_run_id.clone(),
+                        run_id: child_run_id.to_owned(),
                     }],
                     true,
                 );
             }
             if !done {
-                self.start_child::<W>(&id, &child_run_id, input.clone());
+                start(self, &id, input.clone());
             }
         }
-        let wait = self.slot(Key::Child(id.clone()), None);
-        let ctx = self.clone();
-        async move {
-            let opened = opened?;
-            input?;
-            if opened == Opened::New && !ctx.live() {
-                return ctx.frontier(format!("child `{child_run_id}`")).await;
-            }
-            match wait.await {
-                Resolution::Child(Ok(p)) => decode(&p),
-                Resolution::Child(Err(f)) => Err(f.into()),
-                other => Err(Error::Codec(format!(
-                    "child `{child_run_id}` received {other:?}"
-                ))),
-            }
-        }
-    }
-
-    /// Queues the start of the child (and the subscription to its end) for when
-    /// replay has caught up.
-    fn start_child<W: Workflow>(
-        &self,
-        wait_id: &str,
-        child_run_id: &str,
-        input: reel_storage::Payload,
-    ) {
-        let Some(services) = self.inner.services.clone() else {
-            return;
-        };
-        let parent = self.inner.run_id.clone();
-        let (wait_id, child_run_id) = (wait_id.to_owned(), child_run_id.to_owned());
-        self.lock().effects.push(Box::pin(async move {
-            services
-                .ensure_child(&parent, &wait_id, W::NAME, W::VERSION, &child_run_id, input)
-                .await;
-        }));
+        Called { id, opened, input }
     }
 }

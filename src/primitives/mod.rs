@@ -9,10 +9,13 @@
 //!   form, [`Ctx::approval`](crate::Ctx::approval).
 //! - `recorded`: [`Ctx::now`](crate::Ctx::now), [`Ctx::uuid`](crate::Ctx::uuid),
 //!   [`Ctx::random_u64`](crate::Ctx::random_u64).
-//! - `child`: [`Ctx::child`](crate::Ctx::child).
+//! - `child`: [`Ctx::child`](crate::Ctx::child) and
+//!   [`Ctx::start_child`](crate::Ctx::start_child) (detached).
+//! - `send`: [`Ctx::signal`](crate::Ctx::signal), a signal to another run.
 
 mod child;
 mod recorded;
+mod send;
 mod signal;
 mod step;
 mod timer;

@@ -18,6 +18,7 @@ use crate::ctx::{decode, millis};
 use crate::replay::{Kind, Opened};
 use crate::slots::{Key, Resolution, WaitInfo};
 use crate::{Approval, Ctx, Error, Result};
+use futures::future::Either;
 
 /// How a signal wait reads in `RunStatus::Suspended { waiting_on }`.
 fn describe_wait(prefix: &str, name: &str) -> String {
@@ -39,7 +40,8 @@ impl Ctx {
     ///
     /// # Errors
     /// [`Error::Codec`] when the payload does not decode into `T` (the signal is
-    /// consumed), [`Error::ReplayDivergence`], [`Error::Storage`].
+    /// consumed), [`Error::Cancelled`] when the run is asked to cancel (see
+    /// [`Ctx::cancelled`]), [`Error::ReplayDivergence`], [`Error::Storage`].
     pub fn wait_for_signal<T: DeserializeOwned + Send + 'static>(
         &self,
         name: &str,
@@ -84,6 +86,9 @@ impl Ctx {
         name: String,
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<Option<T>>> + Send + use<T> {
+        if let Some(e) = self.refused() {
+            return Either::Left(std::future::ready(Err(e)));
+        }
         let (id, opened, deadline) = {
             let mut st = self.lock();
             let id = st.replay.positional(prefix);
@@ -119,7 +124,7 @@ impl Ctx {
         }
         let wait = self.slot(Key::Wait(id.clone()), deadline.map(|d| (id.clone(), d)));
         let ctx = self.clone();
-        async move {
+        Either::Right(async move {
             let opened = opened?;
             if opened == Opened::New && !ctx.live() {
                 return ctx.frontier(describe_wait(prefix, &name)).await;
@@ -127,10 +132,11 @@ impl Ctx {
             match wait.await {
                 Resolution::Signal(p) => decode(&p).map(Some),
                 Resolution::TimedOut => Ok(None),
+                Resolution::Cancelled(reason) => Err(Error::Cancelled(reason)),
                 other => Err(Error::Codec(format!(
                     "signal wait `{id}` received {other:?}"
                 ))),
             }
-        }
+        })
     }
 }

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
+use futures::future::Either;
 use reel_actors::{now_ms, panic_message, retry_timer_id};
 use reel_storage::Event;
 use serde::{Serialize, de::DeserializeOwned};
@@ -88,6 +89,9 @@ impl Ctx {
         F: FnMut(StepCtx) -> Fut + Send,
         Fut: Future<Output = std::result::Result<T, E>> + Send,
     {
+        if let Some(e) = self.refused() {
+            return Either::Left(std::future::ready(Err(e)));
+        }
         let (id, opened) = {
             let mut st = self.lock();
             let id = st.replay.step_id(name);
@@ -109,7 +113,7 @@ impl Ctx {
         }
         let mut slot = self.slot(Key::Step(id.clone()), None);
         let ctx = self.clone();
-        async move {
+        Either::Right(async move {
             let opened = opened?;
             if let Some(r) = slot.result_or_caught_up().await {
                 return ctx.step_result(&id, r);
@@ -131,7 +135,11 @@ impl Ctx {
                     attempt,
                     fire_at,
                 } => {
-                    ctx.wait_retry(&id, timer_id, fire_at).await;
+                    if let Some(reason) = ctx.wait_retry(&id, timer_id, fire_at).await {
+                        ctx.record_cancelled_retry(&id, attempt, &reason);
+                        let r = slot.await;
+                        return ctx.step_result(&id, r);
+                    }
                     (attempt + 1, true)
                 }
             };
@@ -159,8 +167,10 @@ impl Ctx {
                     }
                     Attempt::Error { message, final_ } => (message, final_),
                 };
-                let retry_at = (!final_ && attempt < policy.max_attempts)
-                    .then(|| now_ms().saturating_add(millis(policy.backoff(attempt))));
+                // Once the run is asked to cancel, a failed attempt is the last one.
+                let retry_at =
+                    (!final_ && attempt < policy.max_attempts && ctx.refused().is_none())
+                        .then(|| now_ms().saturating_add(millis(policy.backoff(attempt))));
                 tracing::warn!(step = %id, attempt, error = %message, retry_at, "reel: step attempt failed");
                 ctx.record(
                     vec![Event::StepFailed {
@@ -172,15 +182,34 @@ impl Ctx {
                     true,
                 );
                 let Some(fire_at) = retry_at else { break };
-                ctx.wait_retry(&id, retry_timer_id(&id, attempt), fire_at)
-                    .await;
+                if let Some(reason) = ctx
+                    .wait_retry(&id, retry_timer_id(&id, attempt), fire_at)
+                    .await
+                {
+                    ctx.record_cancelled_retry(&id, attempt, &reason);
+                    break;
+                }
                 attempt += 1;
                 record = true;
             }
             // The recorded result reaches the handler when the driver walks it.
             let r = slot.await;
             ctx.step_result(&id, r)
-        }
+        })
+    }
+
+    /// A step waiting for its backoff when the run was asked to cancel: its last
+    /// failure becomes final, so it ends (on every replay too: the log says so).
+    fn record_cancelled_retry(&self, id: &str, attempt: u32, reason: &str) {
+        self.record(
+            vec![Event::StepFailed {
+                id: id.to_owned(),
+                attempt,
+                error: format!("cancelled while waiting to retry: {reason}"),
+                retry_at: None,
+            }],
+            true,
+        );
     }
 
     /// Runs one attempt of the body. Both the closure call and its future may
@@ -196,6 +225,7 @@ impl Ctx {
         let step_ctx = StepCtx {
             attempt,
             key: idempotency_key(&self.inner.run_id, id),
+            ctx: self.clone(),
         };
         let span =
             tracing::info_span!("reel.step", run_id = %self.inner.run_id, step = %id, attempt);
@@ -225,7 +255,8 @@ impl Ctx {
     }
 
     /// Waits for a step's backoff timer; dropping the wait cancels the timer.
-    async fn wait_retry(&self, id: &str, timer_id: String, fire_at: u64) {
+    /// Returns the reason if a cancel request ended the wait instead.
+    async fn wait_retry(&self, id: &str, timer_id: String, fire_at: u64) -> Option<String> {
         let key = Key::Timer(timer_id.clone());
         {
             let mut st = self.lock();
@@ -239,7 +270,10 @@ impl Ctx {
             );
         }
         let wait: SlotWait = self.slot(key, Some((timer_id, fire_at)));
-        wait.await;
+        match wait.await {
+            Resolution::Cancelled(reason) => Some(reason),
+            _ => None,
+        }
     }
 
     fn step_result<T: DeserializeOwned>(&self, id: &str, r: Resolution) -> Result<T> {

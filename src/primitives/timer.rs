@@ -14,8 +14,9 @@ use reel_storage::Event;
 
 use crate::ctx::millis;
 use crate::replay::{Kind, Opened};
-use crate::slots::{Key, WaitInfo};
-use crate::{Ctx, Result};
+use crate::slots::{Key, Resolution, WaitInfo};
+use crate::{Ctx, Error, Result};
+use futures::future::Either;
 
 impl Ctx {
     /// A durable sleep: survives restarts; a timer that came due while the process
@@ -23,7 +24,8 @@ impl Ctx {
     /// represent is a timer in the far future.
     ///
     /// # Errors
-    /// [`crate::Error::ReplayDivergence`], [`crate::Error::Storage`].
+    /// [`Error::Cancelled`] when the run is asked to cancel (see [`Ctx::cancelled`]),
+    /// [`Error::ReplayDivergence`], [`Error::Storage`].
     pub fn sleep(&self, d: Duration) -> impl Future<Output = Result<()>> + Send + use<> {
         self.timer(now_ms().saturating_add(millis(d)))
     }
@@ -37,6 +39,9 @@ impl Ctx {
     }
 
     fn timer(&self, fire_at: u64) -> impl Future<Output = Result<()>> + Send + use<> {
+        if let Some(e) = self.refused() {
+            return Either::Left(std::future::ready(Err(e)));
+        }
         let (id, opened, fire_at) = {
             let mut st = self.lock();
             let id = st.replay.positional("timer");
@@ -67,13 +72,15 @@ impl Ctx {
         }
         let wait = self.slot(Key::Timer(id.clone()), Some((id.clone(), fire_at)));
         let ctx = self.clone();
-        async move {
+        Either::Right(async move {
             let opened = opened?;
             if opened == Opened::New && !ctx.live() {
                 return ctx.frontier(format!("timer `{id}`")).await;
             }
-            wait.await;
-            Ok(())
-        }
+            match wait.await {
+                Resolution::Cancelled(reason) => Err(Error::Cancelled(reason)),
+                _ => Ok(()),
+            }
+        })
     }
 }

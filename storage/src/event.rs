@@ -261,7 +261,9 @@ pub enum Event {
         /// The child's encoded output, or why it failed.
         result: Result<Payload, Failure>,
     },
-    /// Someone asked for the run to stop.
+    /// Someone asked for the run to stop. The handler learns it where the walk of
+    /// the log reaches this event: `ctx.cancelled()` resolves and its pending waits
+    /// end with a cancellation error, so it can clean up.
     CancelRequested {
         /// Why.
         reason: String,
@@ -280,6 +282,24 @@ pub enum Event {
     RunCancelled {
         /// Why.
         reason: String,
+    },
+    /// A deadline the host enforces on the run: `@run-deadline` (the run's timeout
+    /// from its start options: past it the run is asked to cancel) or
+    /// `@cancel-deadline` (the grace given to a cancelled run's cleanup: past it the
+    /// run is cancelled hard). It is a timer of the run; `TimerFired` settles it.
+    Deadline {
+        /// `@run-deadline` or `@cancel-deadline`.
+        id: String,
+        /// Due time.
+        fire_at: u64,
+    },
+    /// A detached child run (started with `ctx.start_child`, not waited for) was
+    /// created, or could not be. Its wait id is `detached#<n>`.
+    ChildDetached {
+        /// Wait id in the parent.
+        id: String,
+        /// Why the child could not be started, if it could not.
+        error: Option<Failure>,
     },
 }
 
@@ -303,6 +323,8 @@ impl Event {
             Event::RunCompleted { .. } => "RunCompleted",
             Event::RunFailed { .. } => "RunFailed",
             Event::RunCancelled { .. } => "RunCancelled",
+            Event::Deadline { .. } => "Deadline",
+            Event::ChildDetached { .. } => "ChildDetached",
         }
     }
 

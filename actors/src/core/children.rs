@@ -2,7 +2,7 @@
 //! and refusing a child call that would close a cycle of waiting runs.
 
 use std::collections::HashMap;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use reel_storage::{Event, Failure, ParentLink, Payload, RunMeta, RunState};
@@ -16,6 +16,11 @@ use crate::run_actor::Delivery;
 pub struct Services(pub(crate) Weak<Core>);
 
 impl Services {
+    /// The host core, while it is open.
+    pub fn core(&self) -> Option<Arc<Core>> {
+        self.0.upgrade().filter(|c| !c.is_closing())
+    }
+
     /// Starts the child run (idempotent on its id) and arranges for its result to be
     /// delivered to `parent`'s wait `wait_id`, also when it has already finished.
     /// A child that cannot be started for good (workflow not registered, id taken by
@@ -77,6 +82,82 @@ impl Services {
             Err(e) => core.child_start_failed(&child, e),
         }
     }
+
+    /// Starts a detached child (idempotent on its id): the parent does not wait for
+    /// it and is not told when it ends, only whether it could be started, which is
+    /// delivered to the parent's wait `wait_id` (`detached#<n>`). A passing failure is
+    /// retried with backoff until the host closes.
+    pub async fn start_detached(
+        &self,
+        parent: &str,
+        wait_id: &str,
+        workflow: &str,
+        version: u32,
+        child_run_id: &str,
+        input: Payload,
+    ) {
+        let link = ParentLink {
+            run_id: parent.to_owned(),
+            wait_id: wait_id.to_owned(),
+        };
+        let mut backoff = Duration::from_millis(20);
+        let error = loop {
+            let Some(core) = self.0.upgrade().filter(|c| !c.is_closing()) else {
+                return;
+            };
+            let started = core
+                .start(
+                    workflow,
+                    version,
+                    child_run_id,
+                    input.clone(),
+                    Some(link.clone()),
+                    None,
+                )
+                .await;
+            match started {
+                Ok(_) => break None,
+                Err(ActorError::Shutdown) => return,
+                Err(e) if is_passing(&e) => {
+                    tracing::warn!(parent, child = child_run_id, error = %e, "reel: detached child could not be started yet; retrying");
+                }
+                Err(ActorError::NotRegistered(f)) => break Some(f),
+                Err(e) => break Some(Failure::Other(e.to_string())),
+            }
+            drop(core);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        };
+        let Some(core) = self.0.upgrade() else { return };
+        core.spawn_delivery(
+            parent.to_owned(),
+            Delivery::ChildDetached {
+                wait_id: wait_id.to_owned(),
+                error,
+            },
+        );
+    }
+
+    /// Delivers a signal to another run, as [`Core::signal`] does.
+    ///
+    /// # Errors
+    /// As [`Core::signal`]; [`ActorError::Shutdown`] once the host has closed.
+    pub async fn signal(
+        &self,
+        run_id: &str,
+        name: &str,
+        signal_id: &str,
+        payload: Payload,
+    ) -> Result<(), ActorError> {
+        let core = self.0.upgrade().ok_or(ActorError::Shutdown)?;
+        core.signal(run_id, name, signal_id, payload).await
+    }
+}
+
+/// Whether a parent link is a detached child's (started with `ctx.start_child`): its
+/// parent does not wait on it and is not told when it ends.
+pub(crate) fn is_detached(wait_id: &str) -> bool {
+    wait_id.starts_with("detached#")
 }
 
 /// A child run a parent waits for.
@@ -159,7 +240,11 @@ impl Core {
             .get(run)
             .map(|links| links.iter().map(|l| l.run_id.clone()).collect())
             .unwrap_or_default();
-        waiters.extend(meta.parent.map(|p| p.run_id));
+        waiters.extend(
+            meta.parent
+                .filter(|p| !is_detached(&p.wait_id))
+                .map(|p| p.run_id),
+        );
         Ok(waiters)
     }
 
@@ -171,6 +256,7 @@ impl Core {
             &c.run_id,
             c.input.clone(),
             Some(c.link.clone()),
+            None,
         )
         .await?;
         if let Some(meta) = self.meta(&c.run_id).await?
@@ -270,7 +356,7 @@ impl Core {
     }
 
     pub(super) fn notify_parents(&self, meta: &RunMeta, parents: impl Iterator<Item = ParentLink>) {
-        let mut parents: Vec<ParentLink> = parents.collect();
+        let mut parents: Vec<ParentLink> = parents.filter(|p| !is_detached(&p.wait_id)).collect();
         parents.sort_by(|a, b| (&a.run_id, &a.wait_id).cmp(&(&b.run_id, &b.wait_id)));
         parents.dedup();
         if parents.is_empty() {

@@ -1,0 +1,176 @@
+//! Cancellation and the host's deadlines.
+//!
+//! A cancel is graceful by default: `CancelRequested` is appended with a
+//! `@cancel-deadline` timer, the handler sees the request where the walk reaches it
+//! (its waits end with a cancellation error, `ctx.cancelled()` resolves) and may run
+//! cleanup steps; when it ends, the run is cancelled. If it is still going when the
+//! grace has passed, or the cancel is hard, or the run cannot execute (parked, its
+//! workflow no longer registered), the execution is dropped and `RunCancelled`
+//! appended at once. A run's own deadline (`@run-deadline`, from its start options)
+//! asks for a graceful cancel when it passes. Unfinished children that the run waits
+//! on are cancelled the same way; detached children are not.
+
+use std::time::Duration;
+
+use kameo::message::Context;
+use reel_storage::{Event, RunState, TimerEntry};
+
+use super::{Delivery, RunActor};
+use crate::error::ActorError;
+use crate::journal::{CANCEL_DEADLINE, RUN_DEADLINE};
+use crate::timers::now_ms;
+
+impl RunActor {
+    /// A cancel request from outside, a parent, or a deadline.
+    pub(super) async fn cancel(
+        &mut self,
+        reason: String,
+        hard: bool,
+        ctx: &mut Context<Self, Result<(), ActorError>>,
+    ) -> Result<(), ActorError> {
+        if matches!(self.meta.state, RunState::Cancelled { .. }) {
+            return Ok(());
+        }
+        if self.meta.state.is_finished() {
+            return Err(ActorError::RunFinished(self.run_id.to_string()));
+        }
+        let runnable = self.engine.is_ok() && !matches!(self.meta.state, RunState::Parked { .. });
+        if hard || !runnable || self.core.options.cancel_grace.is_zero() {
+            return self.cancel_hard(reason, ctx).await;
+        }
+        if self.cancel_requested().is_some() {
+            // Already cancelling: the first request's reason and grace stand.
+            let me = ctx.actor_ref().clone();
+            self.begin(&me, false).await;
+            return Ok(());
+        }
+        self.request_cancel(reason, Vec::new(), Vec::new(), ctx)
+            .await
+    }
+
+    /// The reason of the cancel request in the log, if there is one.
+    pub(super) fn cancel_requested(&self) -> Option<String> {
+        self.journal.with_events(|h, t| {
+            h.iter().chain(t).find_map(|e| match e {
+                Event::CancelRequested { reason } => Some(reason.clone()),
+                _ => None,
+            })
+        })
+    }
+
+    /// Appends the request (after `events`) with its grace deadline, wakes the
+    /// execution and passes the request on to the children the run waits on.
+    async fn request_cancel(
+        &mut self,
+        reason: String,
+        mut events: Vec<Event>,
+        remove: Vec<TimerEntry>,
+        ctx: &mut Context<Self, Result<(), ActorError>>,
+    ) -> Result<(), ActorError> {
+        let grace = self.core.options.cancel_grace;
+        let fire_at = now_ms().saturating_add(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX));
+        events.push(Event::CancelRequested {
+            reason: reason.clone(),
+        });
+        events.push(Event::Deadline {
+            id: CANCEL_DEADLINE.to_owned(),
+            fire_at,
+        });
+        let children = self.unfinished_children();
+        self.append_wake(events, remove).await?;
+        self.cancel_children(children, &reason, false);
+        self.suspended = false;
+        let me = ctx.actor_ref().clone();
+        self.begin(&me, false).await;
+        Ok(())
+    }
+
+    /// Drops the execution and ends the run cancelled now.
+    async fn cancel_hard(
+        &mut self,
+        reason: String,
+        ctx: &mut Context<Self, Result<(), ActorError>>,
+    ) -> Result<(), ActorError> {
+        self.abort_execution();
+        let children = self.unfinished_children();
+        let mut events = Vec::new();
+        if self.cancel_requested().is_none() {
+            events.push(Event::CancelRequested {
+                reason: reason.clone(),
+            });
+        }
+        events.push(Event::RunCancelled {
+            reason: reason.clone(),
+        });
+        self.finish(
+            events,
+            RunState::Cancelled {
+                reason: reason.clone(),
+            },
+            ctx,
+        )
+        .await?;
+        self.cancel_children(children, &reason, true);
+        Ok(())
+    }
+
+    fn cancel_children(&self, children: Vec<String>, reason: &str, hard: bool) {
+        for child in children {
+            self.core.spawn_delivery(
+                child,
+                Delivery::Cancel {
+                    reason: format!("parent cancelled: {reason}"),
+                    hard,
+                },
+            );
+        }
+    }
+
+    /// One of the host's deadlines came due.
+    pub(super) async fn deadline_due(
+        &mut self,
+        entry: TimerEntry,
+        ctx: &mut Context<Self, Result<(), ActorError>>,
+    ) -> Result<(), ActorError> {
+        let id = entry.timer_id.clone();
+        let fired = self.has_event(|e| matches!(e, Event::TimerFired { id: f } if *f == id));
+        if self.meta.state.is_finished() || fired {
+            self.journal
+                .append_with(Vec::new(), None, vec![entry], false)
+                .await?;
+            return Ok(());
+        }
+        match id.as_str() {
+            RUN_DEADLINE => {
+                let fired = vec![Event::TimerFired { id: id.clone() }];
+                if self.cancel_requested().is_some() {
+                    self.journal
+                        .append_with(fired, None, vec![entry], true)
+                        .await?;
+                    return Ok(());
+                }
+                let timeout =
+                    Duration::from_millis(entry.fire_at.saturating_sub(self.meta.created_at));
+                let reason =
+                    format!("deadline exceeded: the run did not finish within {timeout:?}");
+                tracing::info!(run_id = %self.run_id, %reason, "reel: run deadline passed");
+                self.request_cancel(reason, fired, vec![entry], ctx).await
+            }
+            CANCEL_DEADLINE => {
+                let reason = self
+                    .cancel_requested()
+                    .unwrap_or_else(|| "cancelled".to_owned());
+                tracing::warn!(run_id = %self.run_id, %reason,
+                    "reel: cancelled run did not end within its grace period; cancelling it hard");
+                self.cancel_hard(reason, ctx).await
+            }
+            other => {
+                tracing::warn!(run_id = %self.run_id, timer = other, "reel: unknown host timer; dropped");
+                self.journal
+                    .append_with(Vec::new(), None, vec![entry], false)
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+}

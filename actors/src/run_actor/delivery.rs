@@ -1,0 +1,116 @@
+//! What a run actor does with each thing that wakes its run: a signal, a timer, a
+//! child's end or start, a cancel request. Each is appended to the log (once: a
+//! redelivery whose first answer was lost appends nothing) and reaches the live
+//! execution through the journal.
+
+use kameo::message::Context;
+use reel_storage::Event;
+
+use super::{Delivery, RunActor};
+use crate::error::ActorError;
+
+impl RunActor {
+    pub(super) async fn deliver(
+        &mut self,
+        d: Delivery,
+        ctx: &mut Context<Self, Result<(), ActorError>>,
+    ) -> Result<(), ActorError> {
+        let finished = self.meta.state.is_finished();
+        let me = ctx.actor_ref().clone();
+        match d {
+            Delivery::Signal {
+                name,
+                signal_id,
+                payload,
+            } => {
+                if finished {
+                    return Err(ActorError::RunFinished(self.run_id.to_string()));
+                }
+                if self.has_event(
+                    |e| matches!(e, Event::SignalReceived { signal_id: s, .. } if *s == signal_id),
+                ) {
+                    // Already recorded (a retried send whose first answer was lost):
+                    // make sure an execution will see it.
+                    self.begin(&me, false).await;
+                    return Ok(());
+                }
+                self.append_wake(
+                    vec![Event::SignalReceived {
+                        name,
+                        signal_id,
+                        payload,
+                    }],
+                    Vec::new(),
+                )
+                .await?;
+            }
+            Delivery::Timer(entry) if entry.timer_id.starts_with('@') => {
+                return self.deadline_due(entry, ctx).await;
+            }
+            Delivery::Timer(entry) => {
+                // One pass over the log: has this timer fired, or been cancelled?
+                let (fired, cancelled) = self.journal.with_events(|h, t| {
+                    h.iter().chain(t).fold((false, false), |(f, c), e| match e {
+                        Event::TimerFired { id } if *id == entry.timer_id => (true, c),
+                        Event::TimerCancelled { id } if *id == entry.timer_id => (f, true),
+                        _ => (f, c),
+                    })
+                });
+                if finished || fired || cancelled {
+                    self.journal
+                        .append_with(Vec::new(), None, vec![entry], false)
+                        .await?;
+                    if fired {
+                        // Recorded by a delivery whose answer was lost: make sure an
+                        // execution sees it. A cancelled timer wakes nothing.
+                        self.begin(&me, false).await;
+                    }
+                    return Ok(());
+                }
+                let id = entry.timer_id.clone();
+                self.append_wake(vec![Event::TimerFired { id }], vec![entry])
+                    .await?;
+            }
+            Delivery::ChildDone { wait_id, result } => {
+                if finished
+                    || self.has_event(
+                        |e| matches!(e, Event::ChildCompleted { id, .. } if *id == wait_id),
+                    )
+                {
+                    self.begin(&me, false).await;
+                    return Ok(());
+                }
+                self.append_wake(
+                    vec![Event::ChildCompleted {
+                        id: wait_id,
+                        result,
+                    }],
+                    Vec::new(),
+                )
+                .await?;
+            }
+            Delivery::ChildDetached { wait_id, error } => {
+                if finished
+                    || self.has_event(
+                        |e| matches!(e, Event::ChildDetached { id, .. } if *id == wait_id),
+                    )
+                {
+                    self.begin(&me, false).await;
+                    return Ok(());
+                }
+                self.append_wake(
+                    vec![Event::ChildDetached { id: wait_id, error }],
+                    Vec::new(),
+                )
+                .await?;
+            }
+            Delivery::Cancel { reason, hard } => {
+                return self.cancel(reason, hard, ctx).await;
+            }
+        }
+        // A live execution sees the new event through the journal.
+        self.suspended = false;
+        self.begin(&me, false).await;
+        Ok(())
+    }
+}
