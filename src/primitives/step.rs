@@ -69,8 +69,8 @@ impl Ctx {
     ///     type Input = String;
     ///     type Output = String;
     ///     async fn run(&self, ctx: Ctx, key: String) -> reel::Result<String> {
-    ///         let db = &self.db; // or a local `Arc`: borrowed, never cloned
-    ///         ctx.step("get", |_| async { db.get(&key).await }).await
+    ///         // `self.db` and `key` are borrowed, not cloned (a local `Arc` the same).
+    ///         ctx.step("get", |_| async { self.db.get(&key).await }).await
     ///     }
     /// }
     ///
