@@ -198,15 +198,21 @@ where
                     // What the handler waits on is described only for the error.
                     let State { replay, slots, .. } = &mut *st;
                     let checked = replay.walk_opening(|| match slots.describe_waits() {
-                        Some((what, _)) => format!("nothing new: it waits on {what}"),
-                        None => "nothing new".to_owned(),
+                        Some((what, _)) => format!("did not call it: it waits on {what}"),
+                        None => "did not call it".to_owned(),
                     });
                     if checked.is_err() {
                         return Walked::Diverged;
                     }
                 }
-                if let Event::TimerFired { id } = &event {
-                    st.settled.insert(id.clone());
+                match &event {
+                    Event::TimerFired { id } => {
+                        st.settled.insert(id.clone());
+                    }
+                    Event::StepFailed {
+                        id, attempt, error, ..
+                    } if seq >= history_len => st.replay.note_step_failure(id, *attempt, error),
+                    _ => {}
                 }
                 st.slots.deliver(&event)
             };
@@ -279,7 +285,7 @@ where
                     }
                     Outcome::Cancelled(reason.to_owned())
                 }
-                None => Outcome::Failed(Failure::from(&e)),
+                None => Outcome::Failed(st.replay.failure(&e)),
             },
         }
     }

@@ -10,7 +10,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// A step failed for good: its attempts are exhausted. A handler may catch it.
+    /// A step failed for good: its attempts are exhausted, or its body returned
+    /// [`StepError::non_retryable`](crate::StepError::non_retryable). A handler may
+    /// catch it. A run that fails with it records every attempt's error
+    /// ([`Failure::Step`]'s `attempts`, in the `RunFailed` event).
     #[error("step `{step}` failed: {message}")]
     Step {
         /// The step id.
@@ -20,13 +23,17 @@ pub enum Error {
     },
     /// The handler no longer matches the run's log (invariant 3). The run is parked,
     /// its log untouched, and it resumes when a host with fixed code opens the store.
-    #[error("replay diverged at event {index}: the log has {expected}, the handler did {found}")]
+    #[error(
+        "replay diverged at event {index}: the log has {expected} there, but the handler {found}"
+    )]
     ReplayDivergence {
         /// Sequence number of the first divergent event.
         index: u64,
         /// What the log holds there.
         expected: String,
-        /// What the handler did instead.
+        /// What the handler did instead, worded to follow "the handler": `called
+        /// step `b``, `returned before reaching it`, `did not call it (it waits on
+        /// timer `timer#1`)`.
         found: String,
     },
     /// The run's workflow version is not registered.
@@ -60,12 +67,24 @@ pub enum Error {
     /// A payload could not be encoded or decoded into the expected type.
     #[error("codec error: {0}")]
     Codec(String),
-    /// The store failed (I/O, disk full, corrupt record, locked directory).
+    /// The store failed (I/O, disk full, corrupt record).
     #[error("storage error: {0}")]
     Storage(String),
     /// The host is shut down.
     #[error("the host is shut down")]
     Shutdown,
+    /// The store's directory is held by another live host: another process, or a
+    /// [`Host`](crate::Host) in this process that has not shut down. (A host whose
+    /// last clone was dropped is waited for: it shuts down in the background.)
+    #[error(
+        "the store at `{}` is in use by another host (another process, or a Host in \
+         this process that has not shut down)",
+        path.display()
+    )]
+    StoreLocked {
+        /// The directory.
+        path: std::path::PathBuf,
+    },
     /// The handler kept crashing (panicking outside steps) and the run was parked.
     #[error("run crashed repeatedly: {0}")]
     Crashed(String),
@@ -130,7 +149,7 @@ impl Error {
 impl From<Failure> for Error {
     fn from(f: Failure) -> Error {
         match f {
-            Failure::Step { step, message } => Error::Step { step, message },
+            Failure::Step { step, message, .. } => Error::Step { step, message },
             Failure::ReplayDivergence {
                 index,
                 expected,
@@ -170,7 +189,12 @@ impl From<Failure> for Error {
 impl From<&Error> for Failure {
     fn from(e: &Error) -> Failure {
         match e.clone() {
-            Error::Step { step, message } => Failure::Step { step, message },
+            // The attempts are not in the error: the driver adds them from the log.
+            Error::Step { step, message } => Failure::Step {
+                step,
+                message,
+                attempts: Vec::new(),
+            },
             Error::ReplayDivergence {
                 index,
                 expected,
@@ -209,9 +233,14 @@ impl From<&Error> for Failure {
 
 impl From<StorageError> for Error {
     fn from(e: StorageError) -> Error {
-        match e.corruption() {
-            Some(corrupt) => corrupt.into(),
-            None => Error::Storage(e.to_string()),
+        if let Some(corrupt) = e.corruption() {
+            return corrupt.into();
+        }
+        match e {
+            StorageError::Locked { path } => Error::StoreLocked { path },
+            // Only a host that shut down closes its store.
+            StorageError::Closed => Error::Shutdown,
+            e => Error::Storage(e.to_string()),
         }
     }
 }

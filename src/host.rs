@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::ctx::{Approval, decode, encode, millis};
 use crate::driver::execute;
 use crate::primitives::approval_signal;
-use crate::{Ctx, Error, Result, Uuid, Workflow};
+use crate::{Ctx, Error, Result, Uuid, Workflow, closing};
 
 /// Where a run stands.
 #[non_exhaustive]
@@ -234,26 +234,48 @@ impl HostBuilder {
     /// Opens the store and starts recovering unfinished runs in the background:
     /// returns as soon as new work can be accepted.
     ///
+    /// If a [`Host`] of this process on the same directory was dropped without
+    /// [`Host::shutdown`] and is still shutting down in the background, this waits
+    /// for it first.
+    ///
     /// # Errors
-    /// [`Error::Storage`] when the directory cannot be opened (held by another host,
-    /// written by an incompatible format, unreadable).
+    /// [`Error::StoreLocked`] when another live host holds the directory (another
+    /// process, or a `Host` of this process that has not shut down),
+    /// [`Error::Storage`] when it cannot be opened (written by an incompatible
+    /// format, unreadable).
     pub async fn build(self) -> Result<Host> {
+        let mut dir = None;
         let store: Arc<dyn Store> = if let Some(store) = self.store {
             store
         } else if self.in_memory {
             Arc::new(MemStore::new())
         } else {
+            let key = closing::key(&self.path);
+            closing::wait_for(&key).await;
+            dir = Some(key);
             let path = self.path.clone();
             tokio::task::spawn_blocking(move || FjallStore::open(path))
                 .await
                 .map_err(|e| Error::Storage(e.to_string()))??
         };
         let core = Core::open(store, Arc::new(self.definitions), self.options).await?;
-        Ok(Host { core })
+        Ok(Host {
+            inner: Arc::new(HostInner {
+                core,
+                dir: dir.map(|d| closing::key(&d)),
+                shut_down: tokio::sync::OnceCell::new(),
+            }),
+        })
     }
 }
 
 /// An embedded workflow host over one fjall directory.
+///
+/// Cheap to clone: clones share one host. [`Host::shutdown`] (from any clone, once)
+/// stops it; dropping the last clone without it shuts the host down in the
+/// background on the current tokio runtime, and a new host for the same directory
+/// in this process waits for that to finish. [`RunHandle`]s work until the host is
+/// shut down, then return [`Error::Shutdown`].
 ///
 /// # Examples
 /// ```
@@ -277,9 +299,58 @@ impl HostBuilder {
 /// host.shutdown().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Host {
+    inner: Arc<HostInner>,
+}
+
+struct HostInner {
     core: Arc<Core>,
+    /// The fjall directory (its registry key), for a host opened by path.
+    dir: Option<PathBuf>,
+    /// Set once a shutdown has finished; concurrent callers wait for the first.
+    shut_down: tokio::sync::OnceCell<()>,
+}
+
+impl std::fmt::Debug for HostInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("dir", &self.dir)
+            .field("shut_down", &self.shut_down.initialized())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for HostInner {
+    /// The last clone was dropped without `shutdown()`: shut down in the background
+    /// (a bare task: it ends when the shutdown does, or is dropped with the
+    /// runtime, which releases the directory's entry in the registry either way).
+    fn drop(&mut self) {
+        if self.shut_down.initialized() {
+            return;
+        }
+        let guard = self.dir.clone().map(closing::mark);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                tracing::debug!(dir = ?self.dir, "reel: Host dropped; shutting down in the background");
+                let core = self.core.clone();
+                runtime.spawn(async move {
+                    core.shutdown().await;
+                    drop(guard);
+                });
+            }
+            Err(_) => {
+                tracing::error!(
+                    dir = ?self.dir,
+                    "reel: a Host was dropped outside a tokio runtime without Host::shutdown(): \
+                     it was NOT shut down (its runs stop where they are; nothing recorded is \
+                     lost, and a new host resumes them). Call `host.shutdown().await` before \
+                     dropping it."
+                );
+                drop(guard);
+            }
+        }
+    }
 }
 
 impl Host {
@@ -292,6 +363,10 @@ impl Host {
             definitions: Definitions::default(),
             options: CoreOptions::default(),
         }
+    }
+
+    fn core(&self) -> &Arc<Core> {
+        &self.inner.core
     }
 
     /// Starts a run of `W`, idempotent on `run_id`: starting an existing run of the
@@ -346,7 +421,7 @@ impl Host {
     ) -> Result<RunHandle<W>> {
         let input = encode(&input)?;
         let deadline = options.timeout.map(|t| now_ms().saturating_add(millis(t)));
-        self.core
+        self.core()
             .start(W::NAME, W::VERSION, run_id, input, None, deadline)
             .await?;
         Ok(self.handle(run_id))
@@ -355,7 +430,7 @@ impl Host {
     /// A handle on a run, without checking that it exists (its methods do).
     pub fn handle<W: Workflow>(&self, run_id: &str) -> RunHandle<W> {
         RunHandle {
-            core: Some(self.core.clone()),
+            core: Some(self.core().clone()),
             run_id: Arc::from(run_id),
             workflow: PhantomData,
         }
@@ -367,7 +442,7 @@ impl Host {
     /// [`Error::Storage`].
     pub async fn runs(&self) -> Result<Vec<RunInfo>> {
         Ok(self
-            .core
+            .core()
             .list()
             .await?
             .into_iter()
@@ -378,17 +453,19 @@ impl Host {
     /// How many runs are held in memory right now (running, or suspended and not yet
     /// passivated). Passivated runs cost only their index entries on disk.
     pub async fn live_runs(&self) -> usize {
-        self.core.live_runs().await
+        self.core().live_runs().await
     }
 
     /// Stops every run actor and timer, flushes and closes the store. Unfinished runs
     /// (including steps interrupted mid-body, which run again) resume when a new host
-    /// opens the same path.
+    /// opens the same path. Shuts down every clone of this host; a second call (from
+    /// any clone) waits for the first one to finish and does nothing else.
     ///
     /// # Errors
     /// None today; the signature leaves room for reporting a failed final flush.
-    pub async fn shutdown(self) -> Result<()> {
-        self.core.shutdown().await;
+    pub async fn shutdown(&self) -> Result<()> {
+        let core = self.core();
+        self.inner.shut_down.get_or_init(|| core.shutdown()).await;
         Ok(())
     }
 }

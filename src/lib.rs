@@ -26,7 +26,11 @@
 //! - `slots`: the synchronous visibility table (which primitive a recorded result
 //!   reaches, signal routing and buffering).
 //! - `host`: [`Host`], [`HostBuilder`], [`RunHandle`], [`RunStatus`], [`RunInfo`].
+//! - `closing`: the process-wide registry of store directories whose dropped host
+//!   is still shutting down, which `HostBuilder::build` waits for.
 //! - `error`: [`Error`] and [`Result`].
+//! - `step_error`: [`StepError`], a step body's error saying whether a retry can
+//!   help.
 //! - [`testing`]: replay a recorded log without a host.
 //!
 //! # Example
@@ -59,6 +63,7 @@
 //! # Ok(()) }
 //! ```
 
+mod closing;
 mod ctx;
 mod driver;
 mod error;
@@ -66,12 +71,14 @@ mod host;
 mod primitives;
 mod replay;
 mod slots;
+mod step_error;
 pub mod testing;
 mod workflow;
 
 pub use ctx::{Approval, Ctx, StepCtx};
 pub use error::{Error, Result};
 pub use host::{Host, HostBuilder, RunHandle, RunInfo, RunStatus, StartOptions};
-pub use reel_storage::{Event, Failure, FjallStore, MemStore, Payload, Store};
+pub use reel_storage::{AttemptError, Event, Failure, FjallStore, MemStore, Payload, Store};
+pub use step_error::StepError;
 pub use uuid::Uuid;
 pub use workflow::{RetryPolicy, Workflow};

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use reel_actors::retry_timer_id;
-use reel_storage::Event;
+use reel_storage::{AttemptError, Event, Failure};
 
 use crate::Error;
 
@@ -93,6 +93,9 @@ struct StepRecord {
     done: bool,
     last_started: u32,
     last_failure: Option<(u32, Option<u64>)>,
+    /// Every failed attempt, recorded and (during this execution) walked, in log
+    /// order.
+    errors: Vec<AttemptError>,
 }
 
 /// How a step that has no recorded result goes on, once replay has caught up.
@@ -169,10 +172,14 @@ impl Replay {
                 Event::StepFailed {
                     id,
                     attempt,
+                    error,
                     retry_at,
-                    ..
                 } => {
                     let s = r.steps.entry(id.clone()).or_default();
+                    s.errors.push(AttemptError {
+                        attempt: *attempt,
+                        error: error.clone(),
+                    });
                     s.last_failure = Some((*attempt, *retry_at));
                     s.done |= retry_at.is_none();
                     if let Some(at) = retry_at {
@@ -244,13 +251,16 @@ impl Replay {
         match self.opens.get(k) {
             None => Ok(Opened::New),
             Some(o) if o.id == id && o.kind == kind => Ok(Opened::Replayed),
-            Some(o) => Err(self.diverge(o.seq, o.kind.describe(&o.id), kind.describe(id))),
+            Some(o) => {
+                let found = format!("called {}", kind.describe(id));
+                Err(self.diverge(o.seq, o.kind.describe(&o.id), found))
+            }
         }
     }
 
     /// The walk reached a recorded opening: live, the handler had called it before
     /// any later result became visible, so it must have been called by now.
-    /// `waiting` describes what the handler waits on instead.
+    /// `waiting` completes "the handler …" with what it does instead.
     ///
     /// # Errors
     /// [`Error::ReplayDivergence`] at that opening.
@@ -298,7 +308,7 @@ impl Replay {
             None => Ok(()),
             Some(o) => {
                 let (seq, expected) = (o.seq, o.kind.describe(&o.id));
-                Err(self.diverge(seq, expected, "the handler returned".to_owned()))
+                Err(self.diverge(seq, expected, "returned before reaching it".to_owned()))
             }
         }
     }
@@ -334,6 +344,38 @@ impl Replay {
                 record: false,
             },
         }
+    }
+
+    /// Notes a step's failed attempt walked during this execution (the recorded
+    /// ones are indexed already).
+    pub(crate) fn note_step_failure(&mut self, id: &str, attempt: u32, error: &str) {
+        self.steps
+            .entry(id.to_owned())
+            .or_default()
+            .errors
+            .push(AttemptError {
+                attempt,
+                error: error.to_owned(),
+            });
+    }
+
+    /// The failure a run records for the handler's error `e`. [`Error::Step`] has
+    /// no room for the step's attempts, so they are added here from the log: when
+    /// `e` names a step of this run whose last failed attempt has `e`'s message
+    /// (an `Error::Step` built elsewhere, or passed on from a child run, gets none).
+    pub(crate) fn failure(&self, e: &Error) -> Failure {
+        let mut failure = Failure::from(e);
+        if let Failure::Step {
+            step,
+            message,
+            attempts,
+        } = &mut failure
+            && let Some(s) = self.steps.get(step.as_str())
+            && s.errors.last().is_some_and(|last| last.error == *message)
+        {
+            attempts.clone_from(&s.errors);
+        }
+        failure
     }
 
     /// The recorded due time of a timer, timed wait or retry backoff.
@@ -411,7 +453,7 @@ mod tests {
             Error::ReplayDivergence {
                 index: 3,
                 expected: "timer `timer#1`".into(),
-                found: "step `b`".into()
+                found: "called step `b`".into()
             }
         );
         assert_eq!(r.open("timer#1", Kind::Timer), Err(e));

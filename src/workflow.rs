@@ -9,15 +9,31 @@ use crate::{Ctx, Result};
 
 /// How often and how patiently a failing step is retried. The waits between
 /// attempts are durable timers: a crash during a backoff loses nothing.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use reel::RetryPolicy;
+///
+/// // Retry until the step succeeds (or fails with `StepError::non_retryable`),
+/// // waiting 1 s, 2 s, 4 s, ... and at most a minute between attempts.
+/// let forever = RetryPolicy::unlimited()
+///     .with_backoff(Duration::from_secs(1), Duration::from_secs(60));
+/// assert_eq!(forever.backoff(10), Duration::from_secs(60));
+///
+/// let five = RetryPolicy::default().with_max_attempts(5).with_multiplier(3.0);
+/// assert_eq!(five.backoff(2), Duration::from_millis(300));
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RetryPolicy {
-    /// Total attempts, the first included (1 = no retry).
+    /// Total attempts, the first included (1 = no retry; 0 counts as 1).
+    /// [`RetryPolicy::UNLIMITED`] is never exhausted.
     pub max_attempts: u32,
     /// Wait before the second attempt.
     pub initial_backoff: Duration,
     /// Upper bound of any wait.
     pub max_backoff: Duration,
-    /// Factor applied to the wait after each failed attempt.
+    /// Factor applied to the wait after each failed attempt (below 1 counts as 1).
     pub multiplier: f64,
 }
 
@@ -34,6 +50,12 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The `max_attempts` that is never exhausted: the step is retried until it
+    /// succeeds or its body returns [`StepError::non_retryable`](crate::StepError).
+    /// (It is `u32::MAX`; attempt numbers never overflow. At one attempt per
+    /// millisecond, the last attempt would come after 49 days of failures.)
+    pub const UNLIMITED: u32 = u32::MAX;
+
     /// No retries: the first failure is final.
     pub fn no_retry() -> RetryPolicy {
         RetryPolicy {
@@ -42,12 +64,48 @@ impl RetryPolicy {
         }
     }
 
+    /// The default backoff with [`RetryPolicy::UNLIMITED`] attempts: never exhausted.
+    pub fn unlimited() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: RetryPolicy::UNLIMITED,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// This policy with `max_attempts` total attempts (0 counts as 1).
+    pub fn with_max_attempts(self, max_attempts: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            ..self
+        }
+    }
+
+    /// This policy waiting `initial` before the second attempt and never more than
+    /// `max` between two attempts.
+    pub fn with_backoff(self, initial: Duration, max: Duration) -> RetryPolicy {
+        RetryPolicy {
+            initial_backoff: initial,
+            max_backoff: max,
+            ..self
+        }
+    }
+
+    /// This policy multiplying the wait by `multiplier` after each failed attempt.
+    pub fn with_multiplier(self, multiplier: f64) -> RetryPolicy {
+        RetryPolicy { multiplier, ..self }
+    }
+
+    /// Whether failed attempt `attempt` (1-based) is followed by another one.
+    pub(crate) fn retries_after(&self, attempt: u32) -> bool {
+        attempt < self.max_attempts
+    }
+
     /// The wait after failed attempt `attempt` (1-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = self
-            .multiplier
-            .max(1.0)
-            .powi(attempt.saturating_sub(1) as i32);
+        // Past `i32::MAX` attempts the exponent saturates (a wrapped, negative one
+        // would shrink the wait).
+        let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+        let factor = self.multiplier.max(1.0).powi(exponent);
         let wait = (self.initial_backoff.as_secs_f64() * factor)
             .min(self.max_backoff.as_secs_f64())
             .max(0.0);
@@ -98,5 +156,31 @@ pub trait Workflow: Send + Sync + 'static {
     /// Default retry policy of every step of this workflow.
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempt_limits_hold_at_the_edges() {
+        let unlimited = RetryPolicy::unlimited();
+        assert!(unlimited.retries_after(1));
+        assert!(unlimited.retries_after(u32::MAX - 1));
+        // The counter stops there instead of overflowing.
+        assert!(!unlimited.retries_after(u32::MAX));
+        // 0 counts as 1: no retry.
+        assert!(!RetryPolicy::default().with_max_attempts(0).retries_after(1));
+        assert!(!RetryPolicy::no_retry().retries_after(1));
+    }
+
+    #[test]
+    fn backoff_never_shrinks_or_panics_for_huge_attempts() {
+        let p = RetryPolicy::unlimited();
+        assert_eq!(p.backoff(u32::MAX), p.max_backoff);
+        assert_eq!(p.backoff(1 << 31), p.max_backoff);
+        assert_eq!(p.backoff(1), p.initial_backoff);
+        assert_eq!(p.backoff(0), p.initial_backoff);
     }
 }

@@ -81,10 +81,14 @@ async fn divergence_parks_run_without_touching_its_log() -> anyhow::Result<()> {
         Error::ReplayDivergence {
             index: 1,
             expected: "step `reserve`".into(),
-            found: "step `fraud-check`".into(),
+            found: "called step `fraud-check`".into(),
         }
     );
-    assert!(err.to_string().contains("replay diverged at event 1"));
+    assert_eq!(
+        err.to_string(),
+        "replay diverged at event 1: the log has step `reserve` there, \
+         but the handler called step `fraud-check`"
+    );
     match run.status().await? {
         RunStatus::Parked { error } => assert!(error.contains("fraud-check"), "{error}"),
         other => panic!("expected parked, got {other:?}"),

@@ -7,7 +7,7 @@
 //! landed). On the wake-up after the sleep every recorded step is ready at once, so
 //! branch A calls `a2` before branch B has called `b1`; matching primitives against
 //! one cursor over the log in call order then reports `ReplayDivergence` ("the log has
-//! step `b1`, the handler did step `a2`") and parks a run whose code never changed.
+//! step `b1` there, but the handler called step `a2`") and parks a run whose code never changed.
 
 mod common;
 

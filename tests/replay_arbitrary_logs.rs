@@ -87,7 +87,11 @@ fn payload() -> impl Strategy<Value = Payload> {
 
 fn failure() -> impl Strategy<Value = Failure> {
     prop_oneof![
-        (id(), ".{0,6}").prop_map(|(step, message)| Failure::Step { step, message }),
+        (id(), ".{0,6}").prop_map(|(step, message)| Failure::Step {
+            step,
+            message,
+            attempts: Vec::new(),
+        }),
         ".{0,6}".prop_map(Failure::Other),
         ".{0,6}".prop_map(Failure::Cancelled),
         ".{0,6}".prop_map(Failure::Codec),

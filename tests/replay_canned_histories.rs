@@ -267,7 +267,7 @@ async fn changed_handlers_report_the_first_divergent_event() -> anyhow::Result<(
         Err(Error::ReplayDivergence {
             index: 3,
             expected: "timer `timer#1`".into(),
-            found: "step `send`".into()
+            found: "called step `send`".into()
         })
     );
     assert_eq!(
@@ -275,7 +275,7 @@ async fn changed_handlers_report_the_first_divergent_event() -> anyhow::Result<(
         Err(Error::ReplayDivergence {
             index: 3,
             expected: "timer `timer#1`".into(),
-            found: "the handler returned".into()
+            found: "returned before reaching it".into()
         })
     );
     Ok(())

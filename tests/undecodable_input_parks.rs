@@ -12,7 +12,7 @@
 //! failure: the run is recorded `Failed` with `RunFailed`, final, and the original
 //! code cannot resume it. When more of the log follows the step, the early return is
 //! caught as a divergence instead, so the run is parked by accident, under a message
-//! ("the handler did the handler returned") that hides the codec error.
+//! ("the handler returned before reaching it") that hides the codec error.
 
 mod common;
 

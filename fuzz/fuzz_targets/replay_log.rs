@@ -113,6 +113,7 @@ impl Bytes<'_> {
             0 => Failure::Step {
                 step: self.id(),
                 message: self.string(),
+                attempts: Vec::new(),
             },
             1 => Failure::Cancelled(self.string()),
             2 => Failure::Codec(self.string()),

@@ -8,7 +8,6 @@
 //! recorded (`StepCompleted`, fsynced, or `StepFailed`) and reaches the handler when
 //! the driver walks that event, like any recorded result.
 
-use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
@@ -22,7 +21,7 @@ use tracing::Instrument;
 use crate::ctx::{SlotWait, StepCtx, encode, idempotency_key, millis};
 use crate::replay::{Kind, Opened, StepPlan};
 use crate::slots::{Key, Resolution, WaitInfo};
-use crate::{Ctx, Error, Result, RetryPolicy};
+use crate::{Ctx, Error, Result, RetryPolicy, StepError};
 
 /// How one attempt of the body ended.
 enum Attempt {
@@ -36,10 +35,58 @@ impl Ctx {
     /// Runs a step with the workflow's retry policy. The body runs at least once and
     /// never again once its result is recorded (fsynced before this returns). A
     /// failing or panicking body is retried after durable backoff timers; when the
-    /// attempts are exhausted the failure is recorded and returned as
-    /// [`Error::Step`] (also on every replay).
+    /// attempts are exhausted, or the body returns [`StepError::non_retryable`], the
+    /// failure is recorded and returned as [`Error::Step`] (also on every replay).
+    /// Every attempt's error is kept: a run that fails with the step's error records
+    /// them in [`Failure::Step`](crate::Failure::Step)`::attempts`.
+    ///
+    /// The body's error type is anything that converts into [`StepError`]: any
+    /// [`Display`](std::fmt::Display) error (retryable), or `StepError` itself.
     ///
     /// Ids: the step's name; the k-th call with a name already used gets `name#k`.
+    ///
+    /// The body runs inline, inside the handler's own future, so it may *borrow*
+    /// what the handler holds: a non-`move` closure uses a local `Arc` (or a field
+    /// of the workflow through `self`) without cloning it, neither for the closure
+    /// nor for each attempt's future. Use `move` only for small `Copy` values.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use reel::{Ctx, Host, Workflow};
+    ///
+    /// struct Db;
+    /// impl Db {
+    ///     async fn get(&self, key: &str) -> std::io::Result<String> {
+    ///         Ok(format!("value of {key}"))
+    ///     }
+    /// }
+    ///
+    /// struct Lookup {
+    ///     db: Arc<Db>,
+    /// }
+    /// impl Workflow for Lookup {
+    ///     const NAME: &'static str = "lookup";
+    ///     type Input = String;
+    ///     type Output = String;
+    ///     async fn run(&self, ctx: Ctx, key: String) -> reel::Result<String> {
+    ///         // `self.db` and `key` are borrowed, not cloned (a local `Arc` the same).
+    ///         ctx.step("get", |_| async { self.db.get(&key).await }).await
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main] async fn main() -> reel::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let host = Host::builder()
+    ///     .path(dir.path())
+    ///     .register(Lookup { db: Arc::new(Db) })
+    ///     .build()
+    ///     .await?;
+    /// let run = host.start::<Lookup>("l-1", "k".into()).await?;
+    /// assert_eq!(run.result().await?, "value of k");
+    /// host.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Step`], [`Error::Codec`] when the output does not (de)serialize,
@@ -51,7 +98,7 @@ impl Ctx {
     ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        E: Display + Send,
+        E: Into<StepError> + Send,
         F: FnMut(StepCtx) -> Fut + Send,
         Fut: Future<Output = std::result::Result<T, E>> + Send,
     {
@@ -70,7 +117,7 @@ impl Ctx {
     ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        E: Display + Send,
+        E: Into<StepError> + Send,
         F: FnMut(StepCtx) -> Fut + Send,
         Fut: Future<Output = std::result::Result<T, E>> + Send,
     {
@@ -85,7 +132,7 @@ impl Ctx {
     ) -> impl Future<Output = Result<T>> + Send + use<T, E, F, Fut>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        E: Display + Send,
+        E: Into<StepError> + Send,
         F: FnMut(StepCtx) -> Fut + Send,
         Fut: Future<Output = std::result::Result<T, E>> + Send,
     {
@@ -140,7 +187,7 @@ impl Ctx {
                         let r = slot.await;
                         return ctx.step_result(&id, r);
                     }
-                    (attempt + 1, true)
+                    (attempt.saturating_add(1), true)
                 }
             };
             let policy = policy.unwrap_or_else(|| ctx.inner.policy.clone());
@@ -168,9 +215,8 @@ impl Ctx {
                     Attempt::Error { message, final_ } => (message, final_),
                 };
                 // Once the run is asked to cancel, a failed attempt is the last one.
-                let retry_at =
-                    (!final_ && attempt < policy.max_attempts && ctx.refused().is_none())
-                        .then(|| now_ms().saturating_add(millis(policy.backoff(attempt))));
+                let retry_at = (!final_ && policy.retries_after(attempt) && ctx.refused().is_none())
+                    .then(|| now_ms().saturating_add(millis(policy.backoff(attempt))));
                 tracing::warn!(step = %id, attempt, error = %message, retry_at, "reel: step attempt failed");
                 ctx.record(
                     vec![Event::StepFailed {
@@ -189,7 +235,8 @@ impl Ctx {
                     ctx.record_cancelled_retry(&id, attempt, &reason);
                     break;
                 }
-                attempt += 1;
+                // No overflow: `retries_after` is false at `u32::MAX`.
+                attempt = attempt.saturating_add(1);
                 record = true;
             }
             // The recorded result reaches the handler when the driver walks it.
@@ -217,7 +264,7 @@ impl Ctx {
     async fn run_body<T, E, F, Fut>(&self, id: &str, attempt: u32, body: &mut F) -> Attempt
     where
         T: Serialize,
-        E: Display,
+        E: Into<StepError>,
         F: FnMut(StepCtx) -> Fut,
         Fut: Future<Output = std::result::Result<T, E>>,
     {
@@ -243,10 +290,13 @@ impl Ctx {
                     final_: true,
                 },
             },
-            Ok(Err(e)) => Attempt::Error {
-                message: e.to_string(),
-                final_: false,
-            },
+            Ok(Err(e)) => {
+                let e: StepError = e.into();
+                Attempt::Error {
+                    message: e.message,
+                    final_: !e.retryable,
+                }
+            }
             Err(panic) => Attempt::Error {
                 message: format!("panicked: {}", panic_message(&*panic)),
                 final_: false,

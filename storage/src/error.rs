@@ -48,7 +48,19 @@ pub enum StorageError {
     /// Serialization failed.
     #[error("encode error: {0}")]
     Encode(String),
-    /// The underlying store failed (I/O, disk full, lock held by another process).
+    /// The store's directory is held by another live store: another process, or a
+    /// store in this process that has not been closed. Retrying helps once that one
+    /// closes.
+    #[error(
+        "the store at `{}` is in use by another host (another process, or a Host in \
+         this process that has not shut down)",
+        path.display()
+    )]
+    Locked {
+        /// The directory.
+        path: std::path::PathBuf,
+    },
+    /// The underlying store failed (I/O, disk full).
     #[error("storage I/O error: {0}")]
     Io(String),
     /// The store was closed.
@@ -59,7 +71,10 @@ pub enum StorageError {
 impl StorageError {
     /// Whether retrying the same operation later can succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StorageError::Conflict { .. } | StorageError::Io(_))
+        matches!(
+            self,
+            StorageError::Conflict { .. } | StorageError::Io(_) | StorageError::Locked { .. }
+        )
     }
 
     /// The failure a run is parked with when reading it meets this error, if the

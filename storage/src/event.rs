@@ -46,6 +46,15 @@ impl fmt::Debug for Payload {
     }
 }
 
+/// One failed attempt of a step, as kept in [`Failure::Step`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptError {
+    /// The 1-based attempt number.
+    pub attempt: u32,
+    /// The attempt's error text (for a panicking body, `panicked: <message>`).
+    pub error: String,
+}
+
 /// Why a run, a step or a child ended in error, as recorded in the log.
 ///
 /// The layer above maps its own error type onto these variants and back, so that a
@@ -53,12 +62,18 @@ impl fmt::Debug for Payload {
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Failure {
-    /// A step failed for good (its retries are exhausted).
+    /// A step failed for good (its retries are exhausted, or its body said a retry
+    /// cannot help).
     Step {
         /// The step id.
         step: String,
         /// The last attempt's error text.
         message: String,
+        /// Every failed attempt, in order (the last one's error is `message`). Empty
+        /// in records written before reel kept them, and when the step's failure
+        /// reached this run from elsewhere (a child run's error passed on).
+        #[serde(default)]
+        attempts: Vec<AttemptError>,
     },
     /// The handler no longer matches the recorded log.
     ReplayDivergence {
@@ -66,7 +81,9 @@ pub enum Failure {
         index: u64,
         /// What the log holds there.
         expected: String,
-        /// What the handler did instead.
+        /// What the handler did instead, worded to follow "the handler": `called
+        /// step `b``, `returned before reaching it`, `did not call it (it waits on
+        /// timer `timer#1`)`.
         found: String,
     },
     /// The run's workflow version is not registered.
@@ -111,14 +128,14 @@ pub enum Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Step { step, message } => write!(f, "step `{step}` failed: {message}"),
+            Failure::Step { step, message, .. } => write!(f, "step `{step}` failed: {message}"),
             Failure::ReplayDivergence {
                 index,
                 expected,
                 found,
             } => write!(
                 f,
-                "replay diverged at event {index}: the log has {expected}, the handler did {found}"
+                "replay diverged at event {index}: the log has {expected} there, but the handler {found}"
             ),
             Failure::VersionMismatch { workflow, version } => {
                 write!(
@@ -365,5 +382,38 @@ impl Event {
             seq,
             reason: e.to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Failure::Step` as reel wrote it before it kept every attempt.
+    #[derive(Serialize)]
+    enum OldFailure {
+        Step { step: String, message: String },
+    }
+
+    #[test]
+    fn step_failure_without_attempts_still_decodes() {
+        let mut old = Vec::new();
+        rmp_serde::encode::write(
+            &mut old,
+            &OldFailure::Step {
+                step: "charge".into(),
+                message: "declined".into(),
+            },
+        )
+        .expect("encode");
+        let decoded: Failure = from_msgpack(&old).expect("decode");
+        assert_eq!(
+            decoded,
+            Failure::Step {
+                step: "charge".into(),
+                message: "declined".into(),
+                attempts: Vec::new(),
+            }
+        );
     }
 }

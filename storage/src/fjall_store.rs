@@ -89,7 +89,13 @@ fn open_keyspaces(path: &Path, options: &StoreOptions) -> Result<(Database, Keys
     let db = Database::builder(path)
         .max_journaling_size(options.max_journal_bytes)
         .cache_size(options.cache_bytes)
-        .open()?;
+        .open()
+        .map_err(|e| match e {
+            fjall::Error::Locked => StorageError::Locked {
+                path: path.to_path_buf(),
+            },
+            e => e.into(),
+        })?;
     // Small memtables: flushed sooner, so idle runs cost disk, not memory
     // (invariant 6). The log is append-only, so flushes are cheap.
     let memtable = options.max_memtable_bytes;
@@ -183,9 +189,9 @@ impl FjallStore {
     /// Opens (or creates) the store in `path` with default options.
     ///
     /// # Errors
-    /// [`StorageError::Io`] if fjall cannot open the directory (for example another
-    /// process holds it), [`StorageError::IncompatibleFormat`] for a store written
-    /// by another format.
+    /// [`StorageError::Locked`] if another open store (in this process or another)
+    /// holds the directory, [`StorageError::Io`] if fjall cannot open it,
+    /// [`StorageError::IncompatibleFormat`] for a store written by another format.
     pub fn open(path: impl AsRef<Path>) -> Result<Arc<FjallStore>> {
         FjallStore::open_with(path, StoreOptions::default())
     }

@@ -10,7 +10,8 @@
 //! recovery reads neither every log nor every finished run.
 //!
 //! # Layout
-//! - `event`: [`Event`], [`Payload`] and [`Failure`], the encoded log records.
+//! - `event`: [`Event`], [`Payload`], [`Failure`] and [`AttemptError`], the encoded
+//!   log records.
 //! - `meta`: [`RunMeta`], [`RunState`] and [`TimerEntry`].
 //! - `store`: the narrow traits ([`LogWriter`], [`LogReader`], [`MetaReader`],
 //!   [`TimerReader`], [`Store`]) and the write unit [`Append`] with its [`Ticket`].
@@ -35,7 +36,7 @@ mod store;
 pub mod testing;
 
 pub use error::StorageError;
-pub use event::{Event, Failure, Payload};
+pub use event::{AttemptError, Event, Failure, Payload};
 pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};
 pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;

@@ -7,8 +7,8 @@ use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
 use reel_storage::{
-    Event, Failure, ParentLink, Payload, RunMeta, RunState, TimerEntry, decode_timer_key,
-    encode_timer_key,
+    AttemptError, Event, Failure, ParentLink, Payload, RunMeta, RunState, TimerEntry,
+    decode_timer_key, encode_timer_key,
 };
 
 fn text() -> BoxedStrategy<String> {
@@ -32,7 +32,16 @@ fn payload() -> BoxedStrategy<Payload> {
 
 fn failure() -> BoxedStrategy<Failure> {
     prop_oneof![
-        (text(), text()).prop_map(|(step, message)| Failure::Step { step, message }),
+        (text(), text(), vec((any::<u32>(), text()), 0..4)).prop_map(
+            |(step, message, attempts)| Failure::Step {
+                step,
+                message,
+                attempts: attempts
+                    .into_iter()
+                    .map(|(attempt, error)| AttemptError { attempt, error })
+                    .collect(),
+            }
+        ),
         (any::<u64>(), text(), text()).prop_map(|(index, expected, found)| {
             Failure::ReplayDivergence {
                 index,

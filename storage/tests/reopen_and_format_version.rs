@@ -172,10 +172,10 @@ async fn second_open_while_in_use_is_an_error() {
     write_run(&store, "r", true).await;
 
     let second = FjallStore::open(dir.path());
-    assert!(
-        matches!(second, Err(StorageError::Io(_))),
-        "expected an Io error (directory locked), got {second:?}"
-    );
+    match second {
+        Err(StorageError::Locked { path }) => assert_eq!(path, dir.path()),
+        other => panic!("expected Locked naming the directory, got {other:?}"),
+    }
     // The first handle is unaffected.
     assert_run(&store, "r");
     write_run(&store, "s", true).await;

@@ -2,7 +2,9 @@
 //! `ChildCompleted`) survives a trip through a real fjall store, in order, and
 //! `last_event` names the last one with its sequence number.
 
-use reel_storage::{Append, Event, Failure, FjallStore, LogReader, LogWriter, Payload, Store};
+use reel_storage::{
+    Append, AttemptError, Event, Failure, FjallStore, LogReader, LogWriter, Payload, Store,
+};
 
 fn payload(s: &str) -> Payload {
     // A MessagePack str (fixstr or str8), so `Debug` renders it.
@@ -22,6 +24,16 @@ fn all_failures() -> Vec<Failure> {
         Failure::Step {
             step: "charge".into(),
             message: "card declined".into(),
+            attempts: vec![
+                AttemptError {
+                    attempt: 1,
+                    error: "timeout".into(),
+                },
+                AttemptError {
+                    attempt: 2,
+                    error: "card declined".into(),
+                },
+            ],
         },
         Failure::ReplayDivergence {
             index: 7,
