@@ -322,8 +322,8 @@ impl Host {
 
 /// A handle on one run of workflow `W`. Cheap to clone; outlives nothing.
 pub struct RunHandle<W: Workflow> {
-    core: Arc<Core>,
-    run_id: Arc<str>,
+    pub(crate) core: Arc<Core>,
+    pub(crate) run_id: Arc<str>,
     workflow: PhantomData<fn() -> W>,
 }
 

@@ -10,8 +10,16 @@
 //! - `recorded`: [`Ctx::now`](crate::Ctx::now), [`Ctx::uuid`](crate::Ctx::uuid),
 //!   [`Ctx::random_u64`](crate::Ctx::random_u64).
 //! - `child`: [`Ctx::child`](crate::Ctx::child).
+//! - `patch`: [`Ctx::patched`](crate::Ctx::patched),
+//!   [`Ctx::deprecate_patch`](crate::Ctx::deprecate_patch): changing code under
+//!   runs in flight.
+//! - `publish`: [`Ctx::publish`](crate::Ctx::publish), read with
+//!   [`RunHandle::published`](crate::RunHandle::published) and
+//!   [`RunHandle::wait_published`](crate::RunHandle::wait_published).
 
 mod child;
+mod patch;
+mod publish;
 mod recorded;
 mod signal;
 mod step;

@@ -281,6 +281,21 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// The handler took the new branch of a patch (`ctx.patched(id)` answered true
+    /// for the first time). An opening with no result: replay answers true again
+    /// when it finds this marker at the same position.
+    Patched {
+        /// The patch id.
+        id: String,
+    },
+    /// The handler published a value under a key (`ctx.publish`); readers get the
+    /// latest one with `RunHandle::published`.
+    Published {
+        /// The key.
+        key: String,
+        /// The encoded value.
+        value: Payload,
+    },
 }
 
 impl Event {
@@ -303,6 +318,8 @@ impl Event {
             Event::RunCompleted { .. } => "RunCompleted",
             Event::RunFailed { .. } => "RunFailed",
             Event::RunCancelled { .. } => "RunCancelled",
+            Event::Patched { .. } => "Patched",
+            Event::Published { .. } => "Published",
         }
     }
 
