@@ -23,9 +23,16 @@ use crate::Error;
 pub(crate) enum Kind {
     Step,
     Timer,
-    Signal { name: String },
-    Recorded { kind: &'static str },
-    Child { workflow: String, run_id: String },
+    Signal {
+        name: String,
+    },
+    Recorded {
+        kind: &'static str,
+    },
+    Child {
+        workflow: String,
+        run_id: String,
+    },
     /// A patch marker (`ctx.patched`): an opening with no result.
     Patch,
     /// A published value (`ctx.publish`), matched by key.

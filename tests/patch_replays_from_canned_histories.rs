@@ -156,8 +156,7 @@ async fn a_history_with_the_marker_takes_the_new_branch() -> anyhow::Result<()> 
 }
 
 #[tokio::test]
-async fn a_run_reaching_the_patch_for_the_first_time_takes_the_new_branch() -> anyhow::Result<()>
-{
+async fn a_run_reaching_the_patch_for_the_first_time_takes_the_new_branch() -> anyhow::Result<()> {
     // The history ends where the patch is: live, the marker would be recorded now.
     let log = History::start::<V2>(&())?
         .step_completed("charge", &10u32)?

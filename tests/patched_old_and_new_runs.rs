@@ -16,7 +16,11 @@ static EMAILS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
 
 fn emails(run_id: &str) -> u32 {
     let emails = EMAILS.lock().unwrap_or_else(|p| p.into_inner());
-    emails.as_ref().and_then(|m| m.get(run_id)).copied().unwrap_or(0)
+    emails
+        .as_ref()
+        .and_then(|m| m.get(run_id))
+        .copied()
+        .unwrap_or(0)
 }
 
 async fn email(ctx: &Ctx) -> reel::Result<String> {
@@ -150,8 +154,8 @@ async fn old_runs_take_the_old_branch_and_new_runs_the_new_one() -> anyhow::Resu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deprecated_then_removed_patches_resume_runs_with_and_without_marker()
--> anyhow::Result<()> {
+async fn deprecated_then_removed_patches_resume_runs_with_and_without_marker() -> anyhow::Result<()>
+{
     let dir = tempfile::tempdir()?;
     let h = host(dir.path(), V2).await?;
     h.start::<V2>("patched", 1)

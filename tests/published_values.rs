@@ -113,7 +113,10 @@ async fn the_latest_value_wins_and_a_wait_returns_when_it_lands() -> anyhow::Res
     // Waiting after: at once, the latest value.
     run.wait_until_suspended().await?;
     assert_eq!(run.wait_published::<String>("stage").await?, "shipped");
-    assert_eq!(run.published::<String>("stage").await?, Some("shipped".into()));
+    assert_eq!(
+        run.published::<String>("stage").await?,
+        Some("shipped".into())
+    );
 
     // A value of another type is a codec error.
     assert!(matches!(
@@ -135,13 +138,21 @@ async fn values_survive_a_restart_and_replay_does_not_record_them_twice() -> any
     let run = host1.start::<Order>("o-2", ()).await?;
     run.wait_until_suspended().await?;
     run.signal("go", &(), "go-1").await?;
-    within(LIMIT, "the tracking number", run.wait_published::<u32>("tracking")).await??;
+    within(
+        LIMIT,
+        "the tracking number",
+        run.wait_published::<u32>("tracking"),
+    )
+    .await??;
     run.wait_until_suspended().await?;
     host1.shutdown().await?;
 
     let host2 = host(dir.path()).await?;
     let run = host2.handle::<Order>("o-2");
-    assert_eq!(run.published::<String>("stage").await?, Some("shipped".into()));
+    assert_eq!(
+        run.published::<String>("stage").await?,
+        Some("shipped".into())
+    );
     assert_eq!(run.wait_published::<u32>("tracking").await?, 42);
     // Waking the run replays it past its four publishes.
     run.signal("done", &(), "done-1").await?;
@@ -150,7 +161,10 @@ async fn values_survive_a_restart_and_replay_does_not_record_them_twice() -> any
     let keys: Vec<String> = published(&events).into_iter().map(|(k, _)| k).collect();
     assert_eq!(keys, ["stage", "stage", "stage", "tracking"]);
     // A finished run's values stay readable.
-    assert_eq!(run.published::<String>("stage").await?, Some("shipped".into()));
+    assert_eq!(
+        run.published::<String>("stage").await?,
+        Some("shipped".into())
+    );
     host2.shutdown().await?;
     Ok(())
 }
@@ -234,7 +248,10 @@ async fn an_unserializable_value_records_nothing() -> anyhow::Result<()> {
     let run = host2.handle::<Careless>("c-1");
     run.signal("done", &(), "done-1").await?;
     let out = run.result().await?;
-    assert!(out.contains("Codec") && out.contains("cannot be serialized"), "{out}");
+    assert!(
+        out.contains("Codec") && out.contains("cannot be serialized"),
+        "{out}"
+    );
     let keys: Vec<String> = published(&run.events().await?)
         .into_iter()
         .map(|(k, _)| k)

@@ -231,9 +231,7 @@ impl Journal {
             .iter()
             .filter_map(|e| timer_of(&self.0.run_id, e))
             .collect();
-        let publishes = events
-            .iter()
-            .any(|e| matches!(e, Event::Published { .. }));
+        let publishes = events.iter().any(|e| matches!(e, Event::Published { .. }));
         let (ticket, durable_end) = {
             let mut state = self.lock();
             if state.closed && !is_final {

@@ -100,7 +100,8 @@ impl Core {
     pub(crate) fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
         // A run that ends (or is parked) tells those waiting for a value it may never
         // publish; a park found the log as it was, so they read it once more too.
-        if meta.is_none_or(|m| m.state.is_finished() || matches!(m.state, RunState::Parked { .. })) {
+        if meta.is_none_or(|m| m.state.is_finished() || matches!(m.state, RunState::Parked { .. }))
+        {
             self.notify_published(run_id);
         }
         if meta.is_some() {
