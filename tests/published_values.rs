@@ -5,7 +5,8 @@
 //! restart and are not recorded again by replay; a run that ends without the key
 //! answers `RunFinished`; an unknown run `UnknownRun`; a value of the wrong type
 //! `Codec`; an unserializable value is a `Codec` error that records nothing;
-//! shutting the host down ends a wait with `Shutdown`.
+//! shutting the host down ends a wait with `Shutdown`; on canned histories a
+//! publish is matched by its key at its position.
 
 mod common;
 
@@ -258,5 +259,54 @@ async fn an_unserializable_value_records_nothing() -> anyhow::Result<()> {
         .collect();
     assert_eq!(keys, ["good"]);
     host2.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn canned_histories_match_publishes_by_key() -> anyhow::Result<()> {
+    use reel::testing::{History, Replayed, replay};
+
+    #[derive(Clone)]
+    struct Stages;
+    impl Workflow for Stages {
+        const NAME: &'static str = "stages";
+        type Input = ();
+        type Output = u32;
+        async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
+            ctx.publish("stage", "paid").await?;
+            let n: u32 = ctx
+                .step("pack", |_| async { Ok::<_, String>(2u32) })
+                .await?;
+            ctx.publish("stage", "packed").await?;
+            Ok(n)
+        }
+    }
+    let full = History::start::<Stages>(&())?
+        .published("stage", "paid")?
+        .step_completed("pack", &2u32)?
+        .published("stage", "packed")?
+        .build();
+    assert_eq!(replay(Stages, &full).await?, Replayed::Completed(2));
+    // Every prefix: the next publish is what the handler would do next.
+    assert_eq!(
+        replay(Stages, &full[..1]).await?,
+        Replayed::Pending("publish `stage`".into())
+    );
+    assert_eq!(
+        replay(Stages, &full[..4]).await?,
+        Replayed::Pending("publish `stage`".into())
+    );
+    // Another key at that position diverges.
+    let other = History::start::<Stages>(&())?
+        .published("status", "paid")?
+        .build();
+    assert_eq!(
+        replay(Stages, &other).await,
+        Err(Error::ReplayDivergence {
+            index: 1,
+            expected: "published value `status`".into(),
+            found: "published value `stage`".into()
+        })
+    );
     Ok(())
 }
