@@ -474,8 +474,8 @@ impl Host {
 pub struct RunHandle<W: Workflow> {
     /// `None` for a handle made while replaying without a host (`reel::testing`):
     /// its methods answer [`Error::Shutdown`].
-    core: Option<Arc<Core>>,
-    run_id: Arc<str>,
+    pub(crate) core: Option<Arc<Core>>,
+    pub(crate) run_id: Arc<str>,
     workflow: PhantomData<fn() -> W>,
 }
 
@@ -508,7 +508,7 @@ impl<W: Workflow> RunHandle<W> {
         }
     }
 
-    fn core(&self) -> Result<&Arc<Core>> {
+    pub(crate) fn core(&self) -> Result<&Arc<Core>> {
         self.core.as_ref().ok_or(Error::Shutdown)
     }
 

@@ -17,7 +17,8 @@
 //! - `ctx`: [`Ctx`], [`StepCtx`], [`Approval`] and what every primitive shares (ids,
 //!   slots, recording, timer cancellation).
 //! - `primitives`: one file per durable primitive (step, timer, signal wait,
-//!   recorded value, child run), each adding its methods to [`Ctx`].
+//!   recorded value, child run, patch, published value), each adding its methods
+//!   to [`Ctx`].
 //! - `driver`: runs an execution: polls the handler to quiescence, walks the log
 //!   and makes recorded results visible one at a time, in log order; reports
 //!   suspensions and the final outcome.

@@ -23,9 +23,20 @@ use crate::Error;
 pub(crate) enum Kind {
     Step,
     Timer,
-    Signal { name: String },
-    Recorded { kind: &'static str },
-    Child { workflow: String, run_id: String },
+    Signal {
+        name: String,
+    },
+    Recorded {
+        kind: &'static str,
+    },
+    Child {
+        workflow: String,
+        run_id: String,
+    },
+    /// A patch marker (`ctx.patched`): an opening with no result.
+    Patch,
+    /// A published value (`ctx.publish`), matched by key.
+    Publish,
 }
 
 impl Kind {
@@ -38,6 +49,8 @@ impl Kind {
             Kind::Child { workflow, run_id } => {
                 format!("child `{id}` ({workflow} run `{run_id}`)")
             }
+            Kind::Patch => format!("patch marker `{id}`"),
+            Kind::Publish => format!("published value `{id}`"),
         }
     }
 }
@@ -79,6 +92,8 @@ fn opening(e: &Event) -> Option<(&String, Kind)> {
                 run_id: run_id.clone(),
             },
         ),
+        Event::Patched { id } => (id, Kind::Patch),
+        Event::Published { key, .. } => (key, Kind::Publish),
         _ => return None,
     })
 }
@@ -111,6 +126,21 @@ pub(crate) enum StepPlan {
     },
 }
 
+/// What `ctx.patched(id)` / `ctx.deprecate_patch(id)` finds at its position.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(crate) enum Patch {
+    /// Already answered in this execution: the first answer again.
+    Answered(bool),
+    /// The log has this patch's marker here: consumed.
+    Marked,
+    /// The log has another opening here: it was written before the patch. Nothing
+    /// consumed.
+    Unpatched,
+    /// Past the recorded openings: `ctx.patched` records a new marker (the
+    /// position is taken), `ctx.deprecate_patch` does nothing.
+    New,
+}
+
 /// Whether a primitive is new (to be recorded) or replayed.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub(crate) enum Opened {
@@ -134,6 +164,8 @@ pub(crate) struct Replay {
     step_names: HashMap<String, u32>,
     step_ids: HashSet<String>,
     counters: HashMap<&'static str, u32>,
+    /// Answers given to `ctx.patched` in this execution, by patch id.
+    patches: HashMap<String, bool>,
     diverged: Option<Error>,
 }
 
@@ -151,6 +183,7 @@ impl Replay {
             step_names: HashMap::new(),
             step_ids: HashSet::new(),
             counters: HashMap::new(),
+            patches: HashMap::new(),
             diverged: None,
         };
         for (seq, e) in history.iter().enumerate() {
@@ -246,8 +279,8 @@ impl Replay {
         if let Some(e) = &self.diverged {
             return Err(e.clone());
         }
-        let k = self.cursor;
-        self.cursor += 1;
+        let k = self.skip_patch_markers(self.cursor);
+        self.cursor = k + 1;
         match self.opens.get(k) {
             None => Ok(Opened::New),
             Some(o) if o.id == id && o.kind == kind => Ok(Opened::Replayed),
@@ -256,6 +289,54 @@ impl Replay {
                 Err(self.diverge(o.seq, o.kind.describe(&o.id), found))
             }
         }
+    }
+
+    /// The first recorded opening from `k` on that is not a patch marker. A marker
+    /// no call consumes is skipped: its `ctx.patched` call was deprecated and then
+    /// removed from the code, which is safe because a marker carries no result.
+    fn skip_patch_markers(&self, mut k: usize) -> usize {
+        while self.opens.get(k).is_some_and(|o| o.kind == Kind::Patch) {
+            k += 1;
+        }
+        k
+    }
+
+    /// Matches a patch call (`deprecate` for `ctx.deprecate_patch`) against the
+    /// log: the answer depends only on the recorded openings at the call's position,
+    /// never on how far the walk has got. Markers of other patches there are looked
+    /// past (their calls may have been removed); the first of them with this id is
+    /// consumed, along with the markers before it. Memoized by patch id for the
+    /// execution.
+    ///
+    /// # Errors
+    /// The divergence that already stopped this execution.
+    pub(crate) fn patch(&mut self, id: &str, deprecate: bool) -> Result<Patch, Error> {
+        if let Some(e) = &self.diverged {
+            return Err(e.clone());
+        }
+        if let Some(answer) = self.patches.get(id) {
+            return Ok(Patch::Answered(*answer));
+        }
+        let mut k = self.cursor;
+        let found = loop {
+            match self.opens.get(k) {
+                Some(o) if o.kind == Kind::Patch && o.id == id => {
+                    self.cursor = k + 1;
+                    break Patch::Marked;
+                }
+                Some(o) if o.kind == Kind::Patch => k += 1,
+                Some(_) => break Patch::Unpatched,
+                None => {
+                    if !deprecate {
+                        self.cursor = k + 1;
+                    }
+                    break Patch::New;
+                }
+            }
+        };
+        let answer = found == Patch::Marked || (found == Patch::New && !deprecate);
+        self.patches.insert(id.to_owned(), answer);
+        Ok(found)
     }
 
     /// The walk reached a recorded opening: live, the handler had called it before
@@ -273,7 +354,9 @@ impl Replay {
             return Ok(());
         };
         self.walked_opens += 1;
-        if k < self.cursor {
+        // A patch marker not reached yet: its call may have been removed (see
+        // `skip_patch_markers`); a marker decides nothing by itself.
+        if k < self.cursor || o.kind == Kind::Patch {
             return Ok(());
         }
         let (seq, expected) = (o.seq, o.kind.describe(&o.id));
@@ -304,7 +387,7 @@ impl Replay {
         if let Some(e) = &self.diverged {
             return Err(e.clone());
         }
-        match self.opens.get(self.cursor) {
+        match self.opens.get(self.skip_patch_markers(self.cursor)) {
             None => Ok(()),
             Some(o) => {
                 let (seq, expected) = (o.seq, o.kind.describe(&o.id));

@@ -157,6 +157,24 @@ impl History {
         }))
     }
 
+    /// Appends the marker `Patched { id }` that [`Ctx::patched`](crate::Ctx::patched)
+    /// records the first time it answers true.
+    pub fn patched(self, id: &str) -> History {
+        self.push(Event::Patched { id: id.to_owned() })
+    }
+
+    /// Appends a value published with [`Ctx::publish`](crate::Ctx::publish).
+    ///
+    /// # Errors
+    /// [`Error::Codec`].
+    pub fn published<T: Serialize + ?Sized>(self, key: &str, value: &T) -> Result<History> {
+        let value = encode(value)?;
+        Ok(self.push(Event::Published {
+            key: key.to_owned(),
+            value,
+        }))
+    }
+
     /// The events.
     pub fn build(self) -> Vec<Event> {
         self.events

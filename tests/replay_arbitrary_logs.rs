@@ -5,8 +5,8 @@
 //! host then truncated and mutated — replays with `reel::testing::replay` to
 //! `Ok(Completed | Failed | Pending)` or a typed error (`ReplayDivergence`, `Codec`,
 //! ...), against handlers with sequential steps and waits, a `try_join!`, a
-//! `tokio::select!`, retried steps, recorded values, an approval and a child call
-//! (`tests/replay_handlers`).
+//! `tokio::select!`, retried steps, recorded values, an approval, a child call,
+//! patches and published values (`tests/replay_handlers`).
 //!
 //! The same property is fuzzed by `fuzz/fuzz_targets/replay_log.rs`.
 //! `REEL_FUZZ_CASES` sets the number of cases of each property (default 512).
@@ -20,7 +20,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use reel::{Approval, Event, Failure, Host, Payload};
 use replay_handlers::{
-    Approve, HANDLERS, IDS, Join, Leaf, Parent, Recorded, Retries, SIGNAL_NAMES, Select,
+    Approve, HANDLERS, IDS, Join, Leaf, Parent, Patches, Recorded, Retries, SIGNAL_NAMES, Select,
     Sequential, handler_name, replay_all,
 };
 use serde::Serialize;
@@ -136,6 +136,8 @@ fn event() -> impl Strategy<Value = Event> {
         1 => payload().prop_map(|output| Event::RunCompleted { output }),
         1 => failure().prop_map(|error| Event::RunFailed { error }),
         1 => ".{0,6}".prop_map(|reason| Event::RunCancelled { reason }),
+        2 => id().prop_map(|id| Event::Patched { id }),
+        2 => (id(), payload()).prop_map(|(key, value)| Event::Published { key, value }),
     ]
 }
 
@@ -234,6 +236,9 @@ fn chunk() -> impl Strategy<Value = Vec<Event>> {
                 };
                 vec![Event::Recorded { id: format!("{kind}#1"), kind: kind.to_owned(), value }]
             }),
+        2 => proptest::sample::select(&["p", "q", "x"][..])
+            .prop_map(|id| vec![Event::Patched { id: id.to_owned() }]),
+        2 => value().prop_map(|value| vec![Event::Published { key: "stage".to_owned(), value }]),
         1 => (prop_oneof![value().prop_map(Ok), failure().prop_map(Err)], any::<bool>())
             .prop_map(|(result, done)| {
                 let mut v = vec![Event::ChildStarted {
@@ -290,6 +295,7 @@ async fn record_real_logs() -> anyhow::Result<Vec<Vec<Event>>> {
         .register(Approve)
         .register(Parent)
         .register(Leaf)
+        .register(Patches)
         .build()
         .await?;
     let mut logs = Vec::new();
@@ -336,6 +342,11 @@ async fn record_real_logs() -> anyhow::Result<Vec<Vec<Event>>> {
     logs.push(run.events().await?);
     logs.push(host.handle::<Leaf>("kid").events().await?);
 
+    let run = host.start::<Patches>("patches", 3).await?;
+    run.signal("go", &"sig", "go-1").await?;
+    run.result().await?;
+    logs.push(run.events().await?);
+
     host.shutdown().await?;
     Ok(logs)
 }
@@ -381,6 +392,7 @@ fn payload_mut(e: &mut Event) -> Option<&mut Vec<u8>> {
         | Event::SignalReceived { payload: p, .. }
         | Event::Recorded { value: p, .. }
         | Event::ChildCompleted { result: Ok(p), .. }
+        | Event::Published { value: p, .. }
         | Event::RunCompleted { output: p } => Some(&mut p.0),
         _ => None,
     }
@@ -491,7 +503,8 @@ fn real_logs_complete() {
             "recorded",
             "approve",
             "parent",
-            "leaf"
+            "leaf",
+            "patches"
         ]
     );
     for log in logs {

@@ -1,6 +1,7 @@
 //! The host core: the live-run map, activation, routing of messages to run actors,
 //! recovery. Activation and routing live in `activation`, parking in `parking`,
-//! result waiters in `waiters`, child-run links in `children`.
+//! result waiters in `waiters`, readers of published values in `published`,
+//! child-run links in `children`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,7 @@ use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
 mod activation;
 mod children;
 mod parking;
+mod published;
 mod waiters;
 
 pub use children::Services;
@@ -90,6 +92,8 @@ pub struct Core {
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
     timers: ActorRef<TimerService>,
     waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Option<RunMeta>>>>>,
+    /// Callers of `wait_published`, by run: woken when a value lands or the run ends.
+    publish_waiters: Mutex<HashMap<String, Vec<oneshot::Sender<()>>>>,
     child_subscribers: Mutex<HashMap<String, Vec<ParentLink>>>,
     activations: Semaphore,
     closing: AtomicBool,
@@ -242,6 +246,7 @@ impl Core {
                 retired_supervisors: Mutex::new(Vec::new()),
                 timers,
                 waiters: Mutex::new(HashMap::new()),
+                publish_waiters: Mutex::new(HashMap::new()),
                 child_subscribers: Mutex::new(HashMap::new()),
                 closing: AtomicBool::new(false),
                 me: me.clone(),
@@ -549,8 +554,12 @@ impl Core {
             let _ = sup.stop_gracefully().await;
             sup.wait_for_shutdown().await;
         }
-        // Wake every result() waiter: they get `Shutdown`.
+        // Wake every result() and wait_published() waiter: they get `Shutdown`.
         self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.publish_waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();

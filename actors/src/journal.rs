@@ -108,6 +108,9 @@ pub struct Landing {
     /// appends (a signal, a timer), no for the execution's own, which it polls
     /// itself (waking its own task would cost a second worker wake-up per step).
     wake: bool,
+    /// The append holds a `Published` event: readers waiting for a value are told
+    /// once it has landed.
+    publishes: bool,
     journal: Journal,
 }
 
@@ -129,6 +132,11 @@ impl Future for Landing {
             && let Some(end) = this.durable_end.take()
         {
             this.journal.mark_durable(end, this.wake);
+        }
+        if result.is_ok() && std::mem::take(&mut this.publishes) {
+            if let Some(core) = this.journal.0.core.upgrade() {
+                core.notify_published(&this.journal.0.run_id);
+            }
         }
         Poll::Ready(result)
     }
@@ -231,6 +239,7 @@ impl Journal {
             .iter()
             .filter_map(|e| timer_of(&self.0.run_id, e))
             .collect();
+        let publishes = events.iter().any(|e| matches!(e, Event::Published { .. }));
         let (ticket, durable_end) = {
             let mut state = self.lock();
             if state.closed && !is_final {
@@ -238,6 +247,7 @@ impl Journal {
                     ticket: Ticket::ready(Err(StorageError::Closed)),
                     durable_end: None,
                     wake,
+                    publishes: false,
                     journal: self.clone(),
                 };
             }
@@ -269,6 +279,7 @@ impl Journal {
             ticket,
             durable_end,
             wake,
+            publishes,
             journal: self.clone(),
         }
     }

@@ -1,6 +1,7 @@
 //! A caller that stops waiting for a run (a dropped `result()` future, a timeout)
 //! leaves nothing behind: the host does not keep its waiter until the run changes
-//! state, which for a run waiting on a signal may be never.
+//! state, which for a run waiting on a signal may be never. The same holds for
+//! callers waiting for a published value.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,5 +64,37 @@ async fn abandoned_result_waits_are_pruned() {
     waiting.abort();
     assert!(waiting.await.is_err(), "aborted");
     assert_eq!(core.waiting_callers(), 0);
+    core.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_waits_for_published_values_are_pruned() {
+    let core = Core::open(
+        Arc::new(MemStore::new()),
+        Arc::new(One),
+        CoreOptions::default(),
+    )
+    .await
+    .expect("open");
+    core.start("w", 1, "r", Payload::default(), None, None)
+        .await
+        .expect("start");
+    for _ in 0..200 {
+        let waited =
+            tokio::time::timeout(Duration::from_millis(1), core.wait_published("r", "k")).await;
+        assert!(waited.is_err(), "the run never publishes");
+    }
+    assert_eq!(core.waiting_for_published(), 0);
+
+    let waiting = tokio::spawn({
+        let core = core.clone();
+        async move { core.wait_published("r", "k").await }
+    });
+    while core.waiting_for_published() == 0 {
+        tokio::task::yield_now().await;
+    }
+    waiting.abort();
+    assert!(waiting.await.is_err(), "aborted");
+    assert_eq!(core.waiting_for_published(), 0);
     core.shutdown().await;
 }

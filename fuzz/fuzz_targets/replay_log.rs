@@ -1,6 +1,7 @@
 //! Arbitrary bytes as a run's log, replayed with `reel::testing::replay` against
 //! every handler of `tests/replay_handlers` (sequential steps and waits, `try_join!`,
-//! `tokio::select!`, retried steps, recorded values, an approval, a child call):
+//! `tokio::select!`, retried steps, recorded values, an approval, a child call,
+//! patches and published values):
 //! the replay returns `Ok(Completed | Failed | Pending)` or a typed error, never
 //! panics and never hangs (each replay bounded to 2 s).
 //!
@@ -128,7 +129,7 @@ impl Bytes<'_> {
 
     /// One event, any variant.
     fn event(&mut self, tag: u8) -> Event {
-        match tag % 16 {
+        match tag % 18 {
             0 => Event::RunStarted {
                 workflow: self.workflow(),
                 version: self.small(),
@@ -197,8 +198,13 @@ impl Bytes<'_> {
             14 => Event::RunFailed {
                 error: self.failure(),
             },
-            _ => Event::RunCancelled {
+            15 => Event::RunCancelled {
                 reason: self.string(),
+            },
+            16 => Event::Patched { id: self.id() },
+            _ => Event::Published {
+                key: self.id(),
+                value: self.payload(),
             },
         }
     }

@@ -12,8 +12,16 @@
 //! - `child`: [`Ctx::child`](crate::Ctx::child) and
 //!   [`Ctx::start_child`](crate::Ctx::start_child) (detached).
 //! - `send`: [`Ctx::signal`](crate::Ctx::signal), a signal to another run.
+//! - `patch`: [`Ctx::patched`](crate::Ctx::patched),
+//!   [`Ctx::deprecate_patch`](crate::Ctx::deprecate_patch): changing code under
+//!   runs in flight.
+//! - `publish`: [`Ctx::publish`](crate::Ctx::publish), read with
+//!   [`RunHandle::published`](crate::RunHandle::published) and
+//!   [`RunHandle::wait_published`](crate::RunHandle::wait_published).
 
 mod child;
+mod patch;
+mod publish;
 mod recorded;
 mod send;
 mod signal;

@@ -318,6 +318,21 @@ pub enum Event {
         /// Why the child could not be started, if it could not.
         error: Option<Failure>,
     },
+    /// The handler took the new branch of a patch (`ctx.patched(id)` answered true
+    /// for the first time). An opening with no result: replay answers true again
+    /// when it finds this marker at the same position.
+    Patched {
+        /// The patch id.
+        id: String,
+    },
+    /// The handler published a value under a key (`ctx.publish`); readers get the
+    /// latest one with `RunHandle::published`.
+    Published {
+        /// The key.
+        key: String,
+        /// The encoded value.
+        value: Payload,
+    },
 }
 
 impl Event {
@@ -342,6 +357,8 @@ impl Event {
             Event::RunCancelled { .. } => "RunCancelled",
             Event::Deadline { .. } => "Deadline",
             Event::ChildDetached { .. } => "ChildDetached",
+            Event::Patched { .. } => "Patched",
+            Event::Published { .. } => "Published",
         }
     }
 

@@ -181,6 +181,8 @@ fn event() -> BoxedStrategy<Event> {
         payload().prop_map(|output| Event::RunCompleted { output }),
         failure().prop_map(|error| Event::RunFailed { error }),
         text().prop_map(|reason| Event::RunCancelled { reason }),
+        text().prop_map(|id| Event::Patched { id }),
+        (text(), payload()).prop_map(|(key, value)| Event::Published { key, value }),
     ]
     .boxed()
 }

@@ -129,6 +129,13 @@ fn every_event() -> Vec<Event> {
         Event::RunCancelled {
             reason: String::new(),
         },
+        Event::Patched {
+            id: "receipt-email".into(),
+        },
+        Event::Published {
+            key: "stage".into(),
+            value: payload("packed"),
+        },
     ];
     for (i, failure) in all_failures().into_iter().enumerate() {
         events.push(Event::ChildCompleted {
@@ -146,11 +153,11 @@ async fn every_event_kind_reads_back_equal_and_in_order() {
     let store = FjallStore::open(dir.path()).expect("open");
     let events = every_event();
 
-    // The 15 kinds are all there.
+    // The 17 kinds are all there.
     let mut kinds: Vec<&str> = events.iter().map(Event::kind).collect();
     kinds.sort_unstable();
     kinds.dedup();
-    assert_eq!(kinds.len(), 15, "kinds covered: {kinds:?}");
+    assert_eq!(kinds.len(), 17, "kinds covered: {kinds:?}");
 
     assert_eq!(store.last_event("run-1").expect("last_event"), None);
 

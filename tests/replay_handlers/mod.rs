@@ -6,7 +6,8 @@
 //!
 //! Each handler uses the primitive ids the generators draw from: steps `a`, `a#2`,
 //! `b`, `b#2` (retry timers `a/retry1`, ...), `timer#1`, `signal#1`, `approval#1`,
-//! `now#1`, `uuid#1`, `random#1`, `child#1`.
+//! `now#1`, `uuid#1`, `random#1`, `child#1`, patches `p` and `q`, published key
+//! `stage`.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -18,7 +19,7 @@ use reel::{Ctx, Error, Event, RetryPolicy, Workflow};
 pub(crate) const SIGNAL_NAMES: [&str; 4] = ["go", "msg", "approval:boss", "x"];
 
 /// Ids the handlers' primitives get.
-pub(crate) const IDS: [&str; 20] = [
+pub(crate) const IDS: [&str; 23] = [
     "a",
     "a#2",
     "a#3",
@@ -39,6 +40,9 @@ pub(crate) const IDS: [&str; 20] = [
     "child#2",
     "kid",
     "replay",
+    "p",
+    "q",
+    "stage",
 ];
 
 /// Sequential steps, a sleep, a signal wait and a timed signal wait.
@@ -215,8 +219,33 @@ impl Workflow for Parent {
     }
 }
 
+/// A patch, a deprecated patch and published values around a step and a wait.
+#[derive(Clone, Copy)]
+pub(crate) struct Patches;
+impl Workflow for Patches {
+    const NAME: &'static str = "patches";
+    type Input = u32;
+    type Output = String;
+    async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<String> {
+        let p = ctx.patched("p");
+        ctx.publish("stage", &n).await?;
+        let x: u32 = if p {
+            ctx.step("a", |_| async move { Ok::<_, String>(n + 1) })
+                .await?
+        } else {
+            ctx.step("b", |_| async move { Ok::<_, String>(n + 2) })
+                .await?
+        };
+        ctx.deprecate_patch("q");
+        let s: String = ctx.wait_for_signal("go").await?;
+        let again = ctx.patched("p");
+        ctx.publish("stage", &s).await?;
+        Ok(format!("{p}|{again}|{x}|{s}"))
+    }
+}
+
 /// How many handlers [`replay_with`] knows.
-pub(crate) const HANDLERS: usize = 8;
+pub(crate) const HANDLERS: usize = 9;
 
 /// The name of handler `i`.
 pub(crate) fn handler_name(i: usize) -> &'static str {
@@ -228,7 +257,8 @@ pub(crate) fn handler_name(i: usize) -> &'static str {
         4 => Recorded::NAME,
         5 => Approve::NAME,
         6 => Parent::NAME,
-        _ => Leaf::NAME,
+        7 => Leaf::NAME,
+        _ => Patches::NAME,
     }
 }
 
@@ -261,7 +291,8 @@ pub(crate) async fn replay_with(i: usize, log: &[Event]) -> Checked {
         4 => check(replay(Recorded, log).await),
         5 => check(replay(Approve, log).await),
         6 => check(replay(Parent, log).await),
-        _ => check(replay(Leaf, log).await),
+        7 => check(replay(Leaf, log).await),
+        _ => check(replay(Patches, log).await),
     }
 }
 

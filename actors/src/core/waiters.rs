@@ -98,6 +98,12 @@ impl Core {
     /// Wakes the run's waiters, handing them the new state when the caller knows it
     /// was written.
     pub(crate) fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
+        // A run that ends (or is parked) tells those waiting for a value it may never
+        // publish; a park found the log as it was, so they read it once more too.
+        if meta.is_none_or(|m| m.state.is_finished() || matches!(m.state, RunState::Parked { .. }))
+        {
+            self.notify_published(run_id);
+        }
         if meta.is_some() {
             // A new state of the run is on disk: a park held in memory is stale.
             self.unrecorded_parks
