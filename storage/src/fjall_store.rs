@@ -26,14 +26,18 @@ use crate::{Event, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
 /// The on-disk format this build writes and reads.
 ///
 /// `reel-log/2` added `TimerCancelled` and the rule that recorded results become
-/// visible to the handler one at a time, in log order.
-pub const FORMAT_VERSION: &str = "reel-log/2";
+/// visible to the handler one at a time, in log order. `reel-log/3` added
+/// `Deadline`, `ChildDetached`, `Patched` and `Published`, and the attempts of a
+/// failed step (`Failure::Step::attempts`): an older build would report those
+/// records as corrupt, so it is refused by the marker instead.
+pub const FORMAT_VERSION: &str = "reel-log/3";
 
 /// Older formats this build opens, upgrading the marker: their records decode the
-/// same way. Runs recorded by `reel-log/1` replay under the new visibility rule; a
-/// concurrent handler whose old log does not match it is parked with a replay
-/// divergence (never misread), and sequential handlers resume as they were.
-const UPGRADABLE_FORMATS: [&str; 1] = ["reel-log/1"];
+/// same way (fields added since default when absent). Runs recorded by
+/// `reel-log/1` replay under the `reel-log/2` visibility rule; a concurrent handler
+/// whose old log does not match it is parked with a replay divergence (never
+/// misread), and sequential handlers resume as they were.
+const UPGRADABLE_FORMATS: [&str; 2] = ["reel-log/1", "reel-log/2"];
 
 const MAX_BATCH: usize = 8192;
 /// Runs whose next sequence number is cached; a miss costs one reverse key lookup.
