@@ -17,16 +17,19 @@
 //! - `ctx`: [`Ctx`], [`StepCtx`], [`Approval`] and what every primitive shares (ids,
 //!   slots, recording, timer cancellation).
 //! - `primitives`: one file per durable primitive (step, timer, signal wait,
-//!   recorded value, child run, patch, published value), each adding its methods
-//!   to [`Ctx`].
+//!   recorded value, child run, signal to another run, patch, published value),
+//!   each adding its methods to [`Ctx`].
 //! - `driver`: runs an execution: polls the handler to quiescence, walks the log
 //!   and makes recorded results visible one at a time, in log order; reports
 //!   suspensions and the final outcome.
 //! - `replay`: the synchronous, side-effect-free history index (positional
 //!   matching, ids, divergence, how an unfinished step goes on).
 //! - `slots`: the synchronous visibility table (which primitive a recorded result
-//!   reaches, signal routing and buffering).
-//! - `host`: [`Host`], [`HostBuilder`], [`RunHandle`], [`RunStatus`], [`RunInfo`].
+//!   reaches, signal routing and buffering, the cancel request and the waits it
+//!   ends).
+//! - `host`: [`Host`], [`HostBuilder`] and the engine of each registered workflow.
+//! - `handle`: [`RunHandle`]: signal, cancel, status, result, events, children.
+//! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
 //! - `error`: [`Error`] and [`Result`].
@@ -68,18 +71,22 @@ mod closing;
 mod ctx;
 mod driver;
 mod error;
+mod handle;
 mod host;
 mod primitives;
 mod replay;
 mod slots;
+mod status;
 mod step_error;
 pub mod testing;
 mod workflow;
 
 pub use ctx::{Approval, Ctx, StepCtx};
 pub use error::{Error, Result};
-pub use host::{Host, HostBuilder, RunHandle, RunInfo, RunStatus, StartOptions};
+pub use handle::RunHandle;
+pub use host::{Host, HostBuilder};
 pub use reel_storage::{AttemptError, Event, Failure, FjallStore, MemStore, Payload, Store};
+pub use status::{RunInfo, RunStatus, StartOptions};
 pub use step_error::StepError;
 pub use uuid::Uuid;
 pub use workflow::{RetryPolicy, Workflow};

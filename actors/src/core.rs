@@ -1,7 +1,8 @@
 //! The host core: the live-run map, activation, routing of messages to run actors,
 //! recovery. Activation and routing live in `activation`, parking in `parking`,
 //! result waiters in `waiters`, readers of published values in `published`,
-//! child-run links in `children`.
+//! child-run links (waited-for and detached children, signals between runs) in
+//! `children`, the run listing in `listing`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,7 @@ use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
 
 mod activation;
 mod children;
+mod listing;
 mod parking;
 mod published;
 mod waiters;
@@ -127,26 +129,6 @@ fn corrupt_runs<'a>(records: impl Iterator<Item = &'a CorruptRecord>) -> HashMap
         }
     }
     runs
-}
-
-/// What `runs()` lists for a run whose metadata record is damaged: parked with the
-/// damage, under the workflow and version its log starts with (if readable).
-fn stand_in_meta(store: &dyn Store, run_id: String, error: Failure) -> RunMeta {
-    let (workflow, version) = match store.read_log(&run_id).map(|log| log.into_iter().next()) {
-        Ok(Some(Event::RunStarted {
-            workflow, version, ..
-        })) => (workflow, version),
-        _ => ("<unreadable>".to_owned(), 0),
-    };
-    RunMeta {
-        run_id,
-        workflow,
-        version,
-        state: RunState::Parked { error },
-        created_at: 0,
-        updated_at: 0,
-        parent: None,
-    }
 }
 
 /// Runs `f` on the blocking pool: fjall calls stay off the async workers.
@@ -417,34 +399,6 @@ impl Core {
             self.apply_held_park(m);
         }
         Ok(meta)
-    }
-
-    /// Every run's metadata, ordered by run id. A run whose metadata record does not
-    /// decode is listed as parked with the damage (`Failure::Corrupt`), its workflow
-    /// and version read from its log when that can be read.
-    ///
-    /// # Errors
-    /// Storage errors (I/O); a damaged record is not one.
-    pub async fn list(&self) -> Result<Vec<RunMeta>, ActorError> {
-        let store = self.store.clone();
-        let mut metas = blocking(move || {
-            let scan = store.list_runs()?;
-            let mut metas = scan.items;
-            for record in scan.corrupt {
-                let (Some(error), Some(run_id)) = (record.failure(), record.run_id.clone()) else {
-                    tracing::error!(%record, "reel: corrupt metadata record names no run; skipped");
-                    continue;
-                };
-                metas.push(stand_in_meta(&*store, run_id, error));
-            }
-            Ok(metas)
-        })
-        .await?;
-        for meta in &mut metas {
-            self.apply_held_park(meta);
-        }
-        metas.sort_by(|a, b| a.run_id.cmp(&b.run_id));
-        Ok(metas)
     }
 
     /// A run's durable log, readable while the run runs.

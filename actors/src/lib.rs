@@ -15,9 +15,12 @@
 //! - `engine`: the seam to the replay engine: [`Engine`], [`Registry`],
 //!   [`Execution`], [`Outcome`].
 //! - `journal`: [`Journal`], a run's append handle (sequence numbers, timer index).
-//! - `core`: [`Core`], the live-run map, routing, recovery, parking, waiters;
-//!   `core::children`: child-run links ([`Services`]) and child-cycle checks.
-//! - `run_actor`: the per-run actor.
+//! - `core`: [`Core`], the live-run map, routing, recovery, parking, waiters,
+//!   listing; `core::children`: child-run links ([`Services`]: waited-for and
+//!   detached children, signals sent by handlers) and child-cycle checks.
+//! - `run_actor`: the per-run actor; `run_actor::delivery` appends what wakes a
+//!   run, `run_actor::cancel` carries out cancel requests and the host's deadlines
+//!   (graceful, then hard after the grace).
 //! - `supervisor`: rotating kameo supervisors that park crash-looping runs.
 //! - `timers`: the timer service actor.
 //! - `error`: [`ActorError`].

@@ -12,8 +12,8 @@ use std::future::Future;
 use futures::future::Either;
 use reel_storage::{Event, Payload};
 
+use crate::RunHandle;
 use crate::ctx::{decode, encode};
-use crate::host::RunHandle;
 use crate::replay::{Kind, Opened};
 use crate::slots::{Key, Resolution, WaitInfo};
 use crate::{Ctx, Error, Result, Workflow};

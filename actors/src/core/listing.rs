@@ -1,0 +1,57 @@
+//! Listing runs: every run's metadata, with a stand-in for a run whose metadata
+//! record is damaged.
+
+use reel_storage::{Event, Failure, RunMeta, RunState, Store};
+
+use super::{Core, blocking};
+use crate::error::ActorError;
+
+/// What `runs()` lists for a run whose metadata record is damaged: parked with the
+/// damage, under the workflow and version its log starts with (if readable).
+fn stand_in_meta(store: &dyn Store, run_id: String, error: Failure) -> RunMeta {
+    let (workflow, version) = match store.read_log(&run_id).map(|log| log.into_iter().next()) {
+        Ok(Some(Event::RunStarted {
+            workflow, version, ..
+        })) => (workflow, version),
+        _ => ("<unreadable>".to_owned(), 0),
+    };
+    RunMeta {
+        run_id,
+        workflow,
+        version,
+        state: RunState::Parked { error },
+        created_at: 0,
+        updated_at: 0,
+        parent: None,
+    }
+}
+
+impl Core {
+    /// Every run's metadata, ordered by run id. A run whose metadata record does not
+    /// decode is listed as parked with the damage (`Failure::Corrupt`), its workflow
+    /// and version read from its log when that can be read.
+    ///
+    /// # Errors
+    /// Storage errors (I/O); a damaged record is not one.
+    pub async fn list(&self) -> Result<Vec<RunMeta>, ActorError> {
+        let store = self.store.clone();
+        let mut metas = blocking(move || {
+            let scan = store.list_runs()?;
+            let mut metas = scan.items;
+            for record in scan.corrupt {
+                let (Some(error), Some(run_id)) = (record.failure(), record.run_id.clone()) else {
+                    tracing::error!(%record, "reel: corrupt metadata record names no run; skipped");
+                    continue;
+                };
+                metas.push(stand_in_meta(&*store, run_id, error));
+            }
+            Ok(metas)
+        })
+        .await?;
+        for meta in &mut metas {
+            self.apply_held_park(meta);
+        }
+        metas.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok(metas)
+    }
+}

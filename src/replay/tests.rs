@@ -1,0 +1,158 @@
+//! Unit tests of the replay index.
+use super::*;
+use reel_storage::Payload;
+
+fn p(v: u32) -> Payload {
+    Payload(rmp_serde::to_vec(&v).unwrap_or_default())
+}
+
+fn start() -> Event {
+    Event::RunStarted {
+        workflow: "w".into(),
+        version: 1,
+        input: p(0),
+    }
+}
+
+#[test]
+fn step_ids_repeat_with_suffix() {
+    let mut r = Replay::new(&Arc::new(vec![start()]));
+    assert_eq!(r.step_id("a"), "a");
+    assert_eq!(r.step_id("a"), "a#2");
+    assert_eq!(r.step_id("b"), "b");
+    // A name that looks like a generated id gets a fresh one.
+    assert_eq!(r.step_id("a#2"), "a#2#2");
+    assert_eq!(r.positional("timer"), "timer#1");
+    assert_eq!(r.positional("timer"), "timer#2");
+}
+
+#[test]
+fn divergence_names_first_mismatch_and_sticks() {
+    let log = Arc::new(vec![
+        start(),
+        Event::StepStarted {
+            id: "a".into(),
+            attempt: 1,
+        },
+        Event::StepCompleted {
+            id: "a".into(),
+            output: p(1),
+        },
+        Event::TimerScheduled {
+            id: "timer#1".into(),
+            fire_at: 5,
+        },
+    ]);
+    let mut r = Replay::new(&log);
+    assert_eq!(r.open("a", Kind::Step), Ok(Opened::Replayed));
+    let e = r.open("b", Kind::Step).unwrap_err();
+    assert_eq!(
+        e,
+        Error::ReplayDivergence {
+            index: 3,
+            expected: "timer `timer#1`".into(),
+            found: "called step `b`".into()
+        }
+    );
+    assert_eq!(r.open("timer#1", Kind::Timer), Err(e));
+}
+
+#[test]
+fn handler_returning_early_diverges() {
+    let log = Arc::new(vec![
+        start(),
+        Event::StepStarted {
+            id: "a".into(),
+            attempt: 1,
+        },
+    ]);
+    let mut r = Replay::new(&log);
+    assert!(matches!(
+        r.finish(),
+        Err(Error::ReplayDivergence { index: 1, .. })
+    ));
+}
+
+#[test]
+fn walk_requires_recorded_openings_to_be_called() {
+    let log = Arc::new(vec![
+        start(),
+        Event::StepStarted {
+            id: "a".into(),
+            attempt: 1,
+        },
+        Event::StepStarted {
+            id: "b".into(),
+            attempt: 1,
+        },
+    ]);
+    let mut r = Replay::new(&log);
+    assert_eq!(r.open("a", Kind::Step), Ok(Opened::Replayed));
+    assert_eq!(r.walk_opening(String::new), Ok(()));
+    let e = r.walk_opening(|| "nothing else".into()).unwrap_err();
+    assert_eq!(
+        e,
+        Error::ReplayDivergence {
+            index: 2,
+            expected: "step `b`".into(),
+            found: "nothing else".into()
+        }
+    );
+}
+
+#[test]
+fn retry_plans_follow_the_log() {
+    let mut log = vec![
+        start(),
+        Event::StepStarted {
+            id: "a".into(),
+            attempt: 1,
+        },
+        Event::StepFailed {
+            id: "a".into(),
+            attempt: 1,
+            error: "boom".into(),
+            retry_at: Some(9),
+        },
+    ];
+    let r = Replay::new(&Arc::new(log.clone()));
+    assert_eq!(
+        r.plan_step("a"),
+        StepPlan::WaitRetry {
+            timer_id: "a/retry1".into(),
+            attempt: 1,
+            fire_at: 9
+        }
+    );
+    log.push(Event::TimerFired {
+        id: "a/retry1".into(),
+    });
+    let r = Replay::new(&Arc::new(log.clone()));
+    assert_eq!(
+        r.plan_step("a"),
+        StepPlan::Run {
+            attempt: 2,
+            record: true
+        }
+    );
+    log.push(Event::StepStarted {
+        id: "a".into(),
+        attempt: 2,
+    });
+    let r = Replay::new(&Arc::new(log.clone()));
+    assert_eq!(
+        r.plan_step("a"),
+        StepPlan::Run {
+            attempt: 2,
+            record: false
+        }
+    );
+    log.push(Event::StepFailed {
+        id: "a".into(),
+        attempt: 2,
+        error: "again".into(),
+        retry_at: None,
+    });
+    let r = Replay::new(&Arc::new(log));
+    assert!(r.steps.get("a").is_some_and(|s| s.done));
+}

@@ -1,0 +1,101 @@
+//! What the API reports about runs and takes to start them: [`RunStatus`],
+//! [`RunInfo`], [`StartOptions`].
+
+use std::time::Duration;
+
+use reel_storage::{RunMeta, RunState};
+
+use crate::Error;
+
+/// Where a run stands.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStatus {
+    /// Executing, or woken and about to.
+    Running,
+    /// Waiting for a timer, signal, approval or child run.
+    Suspended {
+        /// What it waits for.
+        waiting_on: String,
+    },
+    /// Finished with a value.
+    Completed,
+    /// Finished with an error.
+    Failed {
+        /// The error's Display text.
+        error: String,
+    },
+    /// Cancelled.
+    Cancelled,
+    /// Cannot go on with the registered code (replay divergence, version no longer
+    /// registered, crash loop, unreadable log). Retried when a host opens the store.
+    Parked {
+        /// The error's Display text.
+        error: String,
+    },
+}
+
+impl From<&RunState> for RunStatus {
+    fn from(s: &RunState) -> RunStatus {
+        match s {
+            RunState::Running => RunStatus::Running,
+            RunState::Suspended { waiting_on, .. } => RunStatus::Suspended {
+                waiting_on: waiting_on.clone(),
+            },
+            RunState::Completed => RunStatus::Completed,
+            RunState::Failed { error } => RunStatus::Failed {
+                error: Error::from(error.clone()).to_string(),
+            },
+            RunState::Cancelled { .. } => RunStatus::Cancelled,
+            RunState::Parked { error } => RunStatus::Parked {
+                error: Error::from(error.clone()).to_string(),
+            },
+            _ => RunStatus::Running,
+        }
+    }
+}
+
+/// How a run is started ([`Host::start_with`]).
+#[non_exhaustive]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    /// After this long the run is asked to cancel, with a reason that says so
+    /// (`Error::Cancelled("deadline exceeded: …")`); its handler may clean up as for
+    /// any cancel. Counted from the start, across restarts.
+    pub timeout: Option<Duration>,
+}
+
+impl StartOptions {
+    /// Sets [`StartOptions::timeout`].
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+}
+
+/// One line of [`Host::runs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunInfo {
+    /// The run id.
+    pub run_id: String,
+    /// Workflow name.
+    pub workflow: String,
+    /// Workflow version the run is bound to.
+    pub version: u32,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// The run that started it as a child, if any.
+    pub parent: Option<String>,
+}
+
+impl From<RunMeta> for RunInfo {
+    fn from(m: RunMeta) -> RunInfo {
+        RunInfo {
+            status: RunStatus::from(&m.state),
+            parent: m.parent.map(|p| p.run_id),
+            run_id: m.run_id,
+            workflow: m.workflow,
+            version: m.version,
+        }
+    }
+}
