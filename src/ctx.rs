@@ -50,10 +50,11 @@ impl std::fmt::Debug for StepCtx {
 }
 
 impl StepCtx {
-    /// Resolves with the reason once the run has been asked to cancel, so a long
-    /// body can stop early (for example in a `select!` with its work). The body's
-    /// result is still recorded and returned; an attempt that fails after the
-    /// request is not retried.
+    /// Resolves with the reason once the run has been asked to cancel. An ordinary
+    /// step's body is dropped at that point; a shielded step's body (cleanup, see
+    /// [`Ctx::shielded`]) goes on, and can watch this to cut long work short (for
+    /// example in a `select!` with its work). Its result is recorded and returned;
+    /// an attempt that fails after the request is not retried.
     pub fn cancelled(&self) -> impl Future<Output = String> + Send + 'static {
         self.ctx.cancelled()
     }
@@ -220,11 +221,11 @@ impl Ctx {
     /// run's deadline). The request reaches the handler at the same point on every
     /// replay.
     ///
-    /// When it does, every timer, signal wait and child wait still pending ends with
-    /// [`Error::Cancelled`], and later calls of those and of steps fail at once with
-    /// it, except through [`Ctx::shielded`], which cleanup uses. A step whose body is
-    /// running finishes (its body can watch [`StepCtx::cancelled`]). Whatever error
-    /// the handler then returns ends the run as cancelled; a value completes it. The
+    /// When it does, every step, timer, signal wait and child wait still pending ends
+    /// with [`Error::Cancelled`] (a running step body is dropped, as Temporal's
+    /// default activity cancellation does), and later calls fail at once with it,
+    /// except through [`Ctx::shielded`], which cleanup uses. Whatever error the
+    /// handler then returns ends the run as cancelled; a value completes it. The
     /// host cancels the run hard if it is still going after the cancel grace
     /// ([`HostBuilder::cancel_grace`](crate::HostBuilder::cancel_grace)).
     ///
@@ -398,6 +399,19 @@ impl SlotWait {
                 return Poll::Ready(None);
             }
             Poll::Pending
+        })
+    }
+}
+
+impl SlotWait {
+    /// Resolves with the reason if a cancel request ends this slot's wait (a step
+    /// whose body is running is abandoned then).
+    pub(crate) fn cancelled(&mut self) -> impl Future<Output = String> + '_ {
+        std::future::poll_fn(move |cx| {
+            match self.ctx.lock().slots.take_cancelled(&self.key, cx.waker()) {
+                Some(reason) => Poll::Ready(reason),
+                None => Poll::Pending,
+            }
         })
     }
 }

@@ -65,8 +65,8 @@ struct Slot {
     wait: Option<WaitInfo>,
     /// For signal waits: the name, and whether the deadline timer is still armed.
     signal: Option<String>,
-    /// Whether a cancel request ends this wait (timers, signal waits, children; not
-    /// steps, whose bodies finish, nor recorded values, nor shielded calls).
+    /// Whether a cancel request ends this wait: every primitive's but a recorded
+    /// value's (it resolves at once) and a shielded call's.
     cancellable: bool,
 }
 
@@ -103,7 +103,7 @@ impl Slots {
     pub(crate) fn register(&mut self, key: Key, wait: Option<WaitInfo>) {
         let order = self.next_order;
         self.next_order += 1;
-        let cancellable = matches!(key, Key::Timer(_) | Key::Wait(_) | Key::Child(_));
+        let cancellable = !matches!(key, Key::Value(_));
         // Called after the cancel request was seen (a step's backoff planned on
         // replay): ended at once, like the waits pending when it was seen.
         let state = match &self.cancelled {
@@ -120,6 +120,26 @@ impl Slots {
                 signal: None,
             },
         );
+    }
+
+    /// The cancel reason if the slot was ended by the cancel request, else remembers
+    /// `waker`; any other result stays in the slot.
+    pub(crate) fn take_cancelled(&mut self, key: &Key, waker: &Waker) -> Option<String> {
+        let slot = self.slots.get_mut(key)?;
+        match &mut slot.state {
+            State::Ready(Resolution::Cancelled(reason)) => {
+                let reason = reason.clone();
+                slot.state = State::Taken;
+                Some(reason)
+            }
+            State::Pending(w) => {
+                if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    *w = Some(waker.clone());
+                }
+                None
+            }
+            _ => None,
+        }
     }
 
     /// Keeps a cancel request from ending this slot's wait (a shielded call).

@@ -109,7 +109,7 @@ async fn cleanup_runs_after_cancel_and_survives_a_restart() -> anyhow::Result<()
 static BODY_STARTED: Gate = Gate::new();
 static AFTER_STEP: AtomicU32 = AtomicU32::new(0);
 
-/// A long step body that stops early when the run is cancelled.
+/// A long shielded step body that stops early when the run is cancelled.
 struct LongWork;
 
 impl Workflow for LongWork {
@@ -118,6 +118,7 @@ impl Workflow for LongWork {
     type Output = String;
     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<String> {
         let done = ctx
+            .shielded()
             .step("crunch", |s| async move {
                 BODY_STARTED.open();
                 tokio::select! {
@@ -135,7 +136,7 @@ impl Workflow for LongWork {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_step_body_sees_the_cancel() -> anyhow::Result<()> {
+async fn a_running_shielded_step_body_sees_the_cancel() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let host = Host::builder()
         .path(dir.path())
@@ -160,6 +161,42 @@ async fn a_running_step_body_sees_the_cancel() -> anyhow::Result<()> {
             .iter()
             .any(|e| matches!(e, Event::StepStarted { id, .. } if id == "next"))
     );
+    host.shutdown().await?;
+    Ok(())
+}
+
+static ENDLESS_STARTED: Gate = Gate::new();
+
+/// An ordinary step whose body never ends.
+struct Endless;
+
+impl Workflow for Endless {
+    const NAME: &'static str = "endless";
+    type Input = ();
+    type Output = ();
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<()> {
+        ctx.step("forever", |_| async {
+            ENDLESS_STARTED.open();
+            std::future::pending::<Result<(), String>>().await
+        })
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_running_step_is_abandoned_at_once() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    // A grace far longer than the test's limit: the cancel must not need it.
+    let host = Host::builder()
+        .path(dir.path())
+        .register(Endless)
+        .cancel_grace(Duration::from_secs(3600))
+        .build()
+        .await?;
+    let run = host.start::<Endless>("e-1", ()).await?;
+    ENDLESS_STARTED.wait().await;
+    within(LIMIT, "cancel", run.cancel("stop")).await??;
+    assert_eq!(run.result().await, Err(Error::Cancelled("stop".into())));
     host.shutdown().await?;
     Ok(())
 }

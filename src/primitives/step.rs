@@ -90,6 +90,8 @@ impl Ctx {
     ///
     /// # Errors
     /// [`Error::Step`], [`Error::Codec`] when the output does not (de)serialize,
+    /// [`Error::Cancelled`] when the run is asked to cancel (a running body is then
+    /// dropped, unless the step was called through [`Ctx::shielded`]),
     /// [`Error::ReplayDivergence`], [`Error::Storage`].
     pub fn step<T, E, F, Fut>(
         &self,
@@ -183,9 +185,7 @@ impl Ctx {
                     fire_at,
                 } => {
                     if let Some(reason) = ctx.wait_retry(&id, timer_id, fire_at).await {
-                        ctx.record_cancelled_retry(&id, attempt, &reason);
-                        let r = slot.await;
-                        return ctx.step_result(&id, r);
+                        return Err(Error::Cancelled(reason));
                     }
                     (attempt.saturating_add(1), true)
                 }
@@ -201,7 +201,17 @@ impl Ctx {
                         false,
                     );
                 }
-                let (message, final_) = match ctx.run_body(&id, attempt, &mut body).await {
+                // An unshielded step's body is abandoned when the run's cancel request
+                // reaches the handler (its slot is ended then, live and on replay).
+                let ran = {
+                    let run = std::pin::pin!(ctx.run_body(&id, attempt, &mut body));
+                    let cancelled = std::pin::pin!(slot.cancelled());
+                    match futures::future::select(run, cancelled).await {
+                        Either::Left((ran, _)) => ran,
+                        Either::Right((reason, _)) => return Err(Error::Cancelled(reason)),
+                    }
+                };
+                let (message, final_) = match ran {
                     Attempt::Value(output) => {
                         ctx.record(
                             vec![Event::StepCompleted {
@@ -233,8 +243,7 @@ impl Ctx {
                     .wait_retry(&id, retry_timer_id(&id, attempt), fire_at)
                     .await
                 {
-                    ctx.record_cancelled_retry(&id, attempt, &reason);
-                    break;
+                    return Err(Error::Cancelled(reason));
                 }
                 // No overflow: `retries_after` is false at `u32::MAX`.
                 attempt = attempt.saturating_add(1);
@@ -244,20 +253,6 @@ impl Ctx {
             let r = slot.await;
             ctx.step_result(&id, r)
         })
-    }
-
-    /// A step waiting for its backoff when the run was asked to cancel: its last
-    /// failure becomes final, so it ends (on every replay too: the log says so).
-    fn record_cancelled_retry(&self, id: &str, attempt: u32, reason: &str) {
-        self.record(
-            vec![Event::StepFailed {
-                id: id.to_owned(),
-                attempt,
-                error: format!("cancelled while waiting to retry: {reason}"),
-                retry_at: None,
-            }],
-            true,
-        );
     }
 
     /// Runs one attempt of the body. Both the closure call and its future may
@@ -334,6 +329,7 @@ impl Ctx {
                 step: id.to_owned(),
                 message,
             }),
+            Resolution::Cancelled(reason) => Err(Error::Cancelled(reason)),
             other => Err(Error::Codec(format!(
                 "step `{id}` received {other:?} instead of its result"
             ))),
