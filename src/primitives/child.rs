@@ -45,18 +45,7 @@ impl Ctx {
             return Either::Left(std::future::ready(Err(e)));
         }
         let child_run_id = child_run_id.to_owned();
-        let called = self.call_child::<W>("child", &child_run_id, &input, |ctx, id, input| {
-            let Some(services) = ctx.inner.services.clone() else {
-                return;
-            };
-            let parent = ctx.inner.run_id.clone();
-            let (wait_id, run_id) = (id.to_owned(), child_run_id.clone());
-            ctx.lock().effects.push(Box::pin(async move {
-                services
-                    .ensure_child(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)
-                    .await;
-            }));
-        });
+        let called = self.call_child::<W>("child", &child_run_id, &input);
         let wait = self.slot(Key::Child(called.id.clone()), None);
         let ctx = self.clone();
         Either::Right(async move {
@@ -96,18 +85,7 @@ impl Ctx {
             return Either::Left(std::future::ready(Err(e)));
         }
         let child_run_id = child_run_id.to_owned();
-        let called = self.call_child::<W>("detached", &child_run_id, &input, |ctx, id, input| {
-            let Some(services) = ctx.inner.services.clone() else {
-                return;
-            };
-            let parent = ctx.inner.run_id.clone();
-            let (wait_id, run_id) = (id.to_owned(), child_run_id.clone());
-            ctx.lock().effects.push(Box::pin(async move {
-                services
-                    .start_detached(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)
-                    .await;
-            }));
-        });
+        let called = self.call_child::<W>("detached", &child_run_id, &input);
         let wait = self.slot(Key::Child(called.id.clone()), None);
         let ctx = self.clone();
         Either::Right(async move {
@@ -129,15 +107,14 @@ impl Ctx {
         })
     }
 
-    /// The bookkeeping both child calls share: id, matching against the log,
-    /// `ChildStarted`, and queueing the start (`start`) unless the log says it is
-    /// done.
+    /// The bookkeeping both child calls share: id (`child#n` or `detached#n`),
+    /// matching against the log, `ChildStarted`, and queueing the start unless the
+    /// log says it is done.
     fn call_child<W: Workflow>(
         &self,
         prefix: &'static str,
         child_run_id: &str,
         input: &W::Input,
-        start: impl FnOnce(&Ctx, &str, Payload),
     ) -> Called {
         let input = encode(input);
         let (id, opened, done) = {
@@ -179,9 +156,36 @@ impl Ctx {
                 );
             }
             if !done {
-                start(self, &id, input.clone());
+                self.queue_start::<W>(prefix == "detached", &id, child_run_id, input.clone());
             }
         }
         Called { id, opened, input }
+    }
+
+    /// Queues the child's start (and, for a waited-for child, the subscription to
+    /// its end) for when replay has caught up.
+    fn queue_start<W: Workflow>(
+        &self,
+        detached: bool,
+        wait_id: &str,
+        run_id: &str,
+        input: Payload,
+    ) {
+        let Some(services) = self.inner.services.clone() else {
+            return;
+        };
+        let parent = self.inner.run_id.clone();
+        let (wait_id, run_id) = (wait_id.to_owned(), run_id.to_owned());
+        self.lock().effects.push(Box::pin(async move {
+            if detached {
+                services
+                    .start_detached(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)
+                    .await;
+            } else {
+                services
+                    .ensure_child(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)
+                    .await;
+            }
+        }));
     }
 }
