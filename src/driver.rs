@@ -172,6 +172,12 @@ where
             self.settle_delivery(fed);
             return Walked::Delivered;
         }
+        // After the cancel request, the waits it ends go next, one at a time.
+        let fed = self.ctx.lock().slots.feed_cancelled();
+        if fed.resolved {
+            self.settle_delivery(fed);
+            return Walked::Delivered;
+        }
         loop {
             let (len, durable) = self.marks();
             if self.walked >= len {

@@ -104,18 +104,12 @@ impl Slots {
         let order = self.next_order;
         self.next_order += 1;
         let cancellable = !matches!(key, Key::Value(_));
-        // Called after the cancel request was seen (a step's backoff planned on
-        // replay): ended at once, like the waits pending when it was seen.
-        let state = match &self.cancelled {
-            Some(reason) if cancellable => State::Ready(Resolution::Cancelled(reason.clone())),
-            _ => State::Pending(None),
-        };
         self.slots.insert(
             key,
             Slot {
                 order,
                 cancellable,
-                state,
+                state: State::Pending(None),
                 wait,
                 signal: None,
             },
@@ -146,9 +140,6 @@ impl Slots {
     pub(crate) fn shield(&mut self, key: &Key) {
         if let Some(slot) = self.slots.get_mut(key) {
             slot.cancellable = false;
-            if matches!(slot.state, State::Ready(Resolution::Cancelled(_))) {
-                slot.state = State::Pending(None);
-            }
         }
     }
 
@@ -177,24 +168,38 @@ impl Slots {
         None
     }
 
-    /// The walk reached the cancel request: every cancellable wait ends with it.
+    /// The walk reached the cancel request: `ctx.cancelled()` resolves now; the
+    /// cancellable waits end one at a time afterwards ([`Slots::feed_cancelled`]).
     fn cancel(&mut self, reason: &str, out: &mut Delivered) {
         if self.cancelled.is_some() {
             return;
         }
         self.cancelled = Some(reason.to_owned());
         out.wakers.append(&mut self.cancel_wakers);
-        let pending: Vec<Key> = self
+        // The handler must see the request before anything later is walked.
+        out.resolved = true;
+    }
+
+    /// Once the cancel request is visible, ends the earliest-called cancellable wait
+    /// still pending, if any. One per call, like any result: the driver polls the
+    /// handler in between, so branches ended by the request are woken one at a time,
+    /// in call order, on every execution (a `FuturesUnordered` or a random `select!`
+    /// then sees the same order).
+    pub(crate) fn feed_cancelled(&mut self) -> Delivered {
+        let mut out = Delivered::default();
+        let Some(reason) = self.cancelled.clone() else {
+            return out;
+        };
+        let first = self
             .slots
             .iter()
             .filter(|(_, s)| s.cancellable && matches!(s.state, State::Pending(_)))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in pending {
-            self.resolve(&key, Resolution::Cancelled(reason.to_owned()), out);
+            .min_by_key(|(_, s)| s.order)
+            .map(|(k, _)| k.clone());
+        if let Some(key) = first {
+            self.resolve(&key, Resolution::Cancelled(reason), &mut out);
         }
-        // The handler must see the request before anything later is walked.
-        out.resolved = true;
+        out
     }
 
     /// Registers a signal wait. A buffered signal reaches it through

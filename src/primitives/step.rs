@@ -184,7 +184,11 @@ impl Ctx {
                     attempt,
                     fire_at,
                 } => {
-                    if let Some(reason) = ctx.wait_retry(&id, timer_id, fire_at).await {
+                    let retry = std::pin::pin!(ctx.wait_retry(&id, timer_id, fire_at));
+                    let cancelled = std::pin::pin!(slot.cancelled());
+                    if let Either::Right((reason, _)) =
+                        futures::future::select(retry, cancelled).await
+                    {
                         return Err(Error::Cancelled(reason));
                     }
                     (attempt.saturating_add(1), true)
@@ -239,9 +243,12 @@ impl Ctx {
                     true,
                 );
                 let Some(fire_at) = retry_at else { break };
-                if let Some(reason) = ctx
-                    .wait_retry(&id, retry_timer_id(&id, attempt), fire_at)
-                    .await
+                // The step's own slot, not the backoff timer's, is what a cancel
+                // request ends: the handler sees it at the step's turn, in call order.
+                let retry =
+                    std::pin::pin!(ctx.wait_retry(&id, retry_timer_id(&id, attempt), fire_at));
+                let cancelled = std::pin::pin!(slot.cancelled());
+                if let Either::Right((reason, _)) = futures::future::select(retry, cancelled).await
                 {
                     return Err(Error::Cancelled(reason));
                 }
@@ -300,9 +307,10 @@ impl Ctx {
         }
     }
 
-    /// Waits for a step's backoff timer; dropping the wait cancels the timer.
-    /// Returns the reason if a cancel request ended the wait instead.
-    async fn wait_retry(&self, id: &str, timer_id: String, fire_at: u64) -> Option<String> {
+    /// Waits for a step's backoff timer; dropping the wait cancels the timer. A
+    /// cancel request does not end it: it ends the step's own slot, which the caller
+    /// watches.
+    async fn wait_retry(&self, id: &str, timer_id: String, fire_at: u64) {
         let key = Key::Timer(timer_id.clone());
         {
             let mut st = self.lock();
@@ -315,11 +323,9 @@ impl Ctx {
                 }),
             );
         }
-        let wait: SlotWait = self.slot(key, Some((timer_id, fire_at)));
-        match wait.await {
-            Resolution::Cancelled(reason) => Some(reason),
-            _ => None,
-        }
+        let wait: SlotWait = self.slot(key.clone(), Some((timer_id, fire_at)));
+        self.lock().slots.shield(&key);
+        wait.await;
     }
 
     fn step_result<T: DeserializeOwned>(&self, id: &str, r: Resolution) -> Result<T> {
