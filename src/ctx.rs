@@ -404,15 +404,19 @@ impl SlotWait {
 }
 
 impl SlotWait {
-    /// Resolves with the reason if a cancel request ends this slot's wait (a step
-    /// whose body is running is abandoned then).
-    pub(crate) fn cancelled(&mut self) -> impl Future<Output = String> + '_ {
-        std::future::poll_fn(move |cx| {
+    /// Runs `work` (a step's body, or its backoff) unless a cancel request ends
+    /// this slot's wait first: then `work` is dropped and the cancellation returned.
+    pub(crate) async fn unless_cancelled<F: Future>(&mut self, work: F) -> Result<F::Output> {
+        let cancelled = std::future::poll_fn(|cx| {
             match self.ctx.lock().slots.take_cancelled(&self.key, cx.waker()) {
                 Some(reason) => Poll::Ready(reason),
                 None => Poll::Pending,
             }
-        })
+        });
+        match futures::future::select(std::pin::pin!(work), std::pin::pin!(cancelled)).await {
+            futures::future::Either::Left((done, _)) => Ok(done),
+            futures::future::Either::Right((reason, _)) => Err(Error::Cancelled(reason)),
+        }
     }
 }
 

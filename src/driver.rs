@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use futures::task::{ArcWake, AtomicWaker};
 use reel_actors::{Journal, Landing, Outcome, Services};
@@ -132,6 +133,11 @@ where
                 Vec::new()
             }
         };
+        self.start_effects(effects);
+    }
+
+    /// Starts queued child starts, each in a task of its own.
+    fn start_effects(&mut self, effects: Vec<BoxFuture<'static, ()>>) {
         self.effects
             .extend(effects.into_iter().map(|e| tokio::spawn(e)));
     }
@@ -403,9 +409,9 @@ where
                 if matches!(o, Outcome::Parked(_) | Outcome::Crashed(_)) {
                     return this.finish(o);
                 }
+                // The handler returned: what it queued starts now, caught up or not.
                 let effects = std::mem::take(&mut this.ctx.lock().effects);
-                this.effects
-                    .extend(effects.into_iter().map(|e| tokio::spawn(e)));
+                this.start_effects(effects);
                 this.ending = Some(o);
                 return this.end(cx);
             }

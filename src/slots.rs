@@ -127,9 +127,7 @@ impl Slots {
                 Some(reason)
             }
             State::Pending(w) => {
-                if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                    *w = Some(waker.clone());
-                }
+                remember(w, waker);
                 None
             }
             _ => None,
@@ -265,9 +263,7 @@ impl Slots {
                 _ => None,
             },
             State::Pending(w) => {
-                if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                    *w = Some(waker.clone());
-                }
+                remember(w, waker);
                 None
             }
             State::Taken => None,
@@ -430,6 +426,13 @@ impl Slots {
         }
         let child = pending.values().any(|w| w.child);
         Some((whats.join(", "), child))
+    }
+}
+
+/// Keeps `waker` as the one to wake, unless it would wake the same task already.
+fn remember(kept: &mut Option<Waker>, waker: &Waker) {
+    if !kept.as_ref().is_some_and(|w| w.will_wake(waker)) {
+        *kept = Some(waker.clone());
     }
 }
 

@@ -34,6 +34,8 @@ mod parking;
 mod published;
 mod waiters;
 
+use waiters::Waiters;
+
 pub use children::Services;
 pub(crate) use children::is_detached;
 
@@ -93,9 +95,9 @@ pub struct Core {
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
     timers: ActorRef<TimerService>,
-    waiters: Mutex<HashMap<String, Vec<oneshot::Sender<Option<RunMeta>>>>>,
+    waiters: Waiters<Option<RunMeta>>,
     /// Callers of `wait_published`, by run: woken when a value lands or the run ends.
-    publish_waiters: Mutex<HashMap<String, Vec<oneshot::Sender<()>>>>,
+    publish_waiters: Waiters<()>,
     child_subscribers: Mutex<HashMap<String, Vec<ParentLink>>>,
     activations: Semaphore,
     closing: AtomicBool,
@@ -227,8 +229,8 @@ impl Core {
                 supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
                 retired_supervisors: Mutex::new(Vec::new()),
                 timers,
-                waiters: Mutex::new(HashMap::new()),
-                publish_waiters: Mutex::new(HashMap::new()),
+                waiters: Waiters::default(),
+                publish_waiters: Waiters::default(),
                 child_subscribers: Mutex::new(HashMap::new()),
                 closing: AtomicBool::new(false),
                 me: me.clone(),
@@ -509,14 +511,8 @@ impl Core {
             sup.wait_for_shutdown().await;
         }
         // Wake every result() and wait_published() waiter: they get `Shutdown`.
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        self.publish_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.waiters.clear();
+        self.publish_waiters.clear();
         // Closing joins the writer thread and fsyncs: on the blocking pool, so the
         // async workers (a single one, on a current-thread runtime) keep running.
         let store = self.store.clone();

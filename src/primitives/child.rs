@@ -45,7 +45,7 @@ impl Ctx {
             return Either::Left(std::future::ready(Err(e)));
         }
         let child_run_id = child_run_id.to_owned();
-        let called = self.call_child::<W>("child", &child_run_id, &input);
+        let called = self.call_child::<W>(false, &child_run_id, &input);
         let wait = self.slot(Key::Child(called.id.clone()), None);
         let ctx = self.clone();
         Either::Right(async move {
@@ -85,7 +85,7 @@ impl Ctx {
             return Either::Left(std::future::ready(Err(e)));
         }
         let child_run_id = child_run_id.to_owned();
-        let called = self.call_child::<W>("detached", &child_run_id, &input);
+        let called = self.call_child::<W>(true, &child_run_id, &input);
         let wait = self.slot(Key::Child(called.id.clone()), None);
         let ctx = self.clone();
         Either::Right(async move {
@@ -112,14 +112,16 @@ impl Ctx {
     /// log says it is done.
     fn call_child<W: Workflow>(
         &self,
-        prefix: &'static str,
+        detached: bool,
         child_run_id: &str,
         input: &W::Input,
     ) -> Called {
         let input = encode(input);
         let (id, opened, done) = {
             let mut st = self.lock();
-            let id = st.replay.positional(prefix);
+            let id = st
+                .replay
+                .positional(if detached { "detached" } else { "child" });
             let opened = st.replay.open(
                 &id,
                 Kind::Child {
@@ -128,15 +130,16 @@ impl Ctx {
                 },
             );
             if opened.is_ok() {
-                let what = match prefix {
-                    "child" => format!("child run `{child_run_id}`"),
-                    _ => format!("the start of detached child `{child_run_id}`"),
+                let what = if detached {
+                    format!("the start of detached child `{child_run_id}`")
+                } else {
+                    format!("child run `{child_run_id}`")
                 };
                 st.slots.register(
                     Key::Child(id.clone()),
                     Some(WaitInfo {
                         what,
-                        child: prefix == "child",
+                        child: !detached,
                     }),
                 );
             }
@@ -156,7 +159,7 @@ impl Ctx {
                 );
             }
             if !done {
-                self.queue_start::<W>(prefix == "detached", &id, child_run_id, input.clone());
+                self.queue_start::<W>(detached, &id, child_run_id, input.clone());
             }
         }
         Called { id, opened, input }

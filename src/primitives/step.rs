@@ -184,13 +184,8 @@ impl Ctx {
                     attempt,
                     fire_at,
                 } => {
-                    let retry = std::pin::pin!(ctx.wait_retry(&id, timer_id, fire_at));
-                    let cancelled = std::pin::pin!(slot.cancelled());
-                    if let Either::Right((reason, _)) =
-                        futures::future::select(retry, cancelled).await
-                    {
-                        return Err(Error::Cancelled(reason));
-                    }
+                    slot.unless_cancelled(ctx.wait_retry(&id, timer_id, fire_at))
+                        .await?;
                     (attempt.saturating_add(1), true)
                 }
             };
@@ -207,14 +202,9 @@ impl Ctx {
                 }
                 // An unshielded step's body is abandoned when the run's cancel request
                 // reaches the handler (its slot is ended then, live and on replay).
-                let ran = {
-                    let run = std::pin::pin!(ctx.run_body(&id, attempt, &mut body));
-                    let cancelled = std::pin::pin!(slot.cancelled());
-                    match futures::future::select(run, cancelled).await {
-                        Either::Left((ran, _)) => ran,
-                        Either::Right((reason, _)) => return Err(Error::Cancelled(reason)),
-                    }
-                };
+                let ran = slot
+                    .unless_cancelled(ctx.run_body(&id, attempt, &mut body))
+                    .await?;
                 let (message, final_) = match ran {
                     Attempt::Value(output) => {
                         ctx.record(
@@ -245,13 +235,8 @@ impl Ctx {
                 let Some(fire_at) = retry_at else { break };
                 // The step's own slot, not the backoff timer's, is what a cancel
                 // request ends: the handler sees it at the step's turn, in call order.
-                let retry =
-                    std::pin::pin!(ctx.wait_retry(&id, retry_timer_id(&id, attempt), fire_at));
-                let cancelled = std::pin::pin!(slot.cancelled());
-                if let Either::Right((reason, _)) = futures::future::select(retry, cancelled).await
-                {
-                    return Err(Error::Cancelled(reason));
-                }
+                slot.unless_cancelled(ctx.wait_retry(&id, retry_timer_id(&id, attempt), fire_at))
+                    .await?;
                 // No overflow: `retries_after` is false at `u32::MAX`.
                 attempt = attempt.saturating_add(1);
                 record = true;

@@ -4,6 +4,7 @@
 //! it) or when the run ends or is parked, so no value can slip past it and nobody
 //! polls.
 
+use super::waiters::PruneOnDrop;
 use super::*;
 
 /// The latest value published under `key` in `log`.
@@ -12,25 +13,6 @@ fn latest(log: &[Event], key: &str) -> Option<Payload> {
         Event::Published { key: k, value } if k == key => Some(value.clone()),
         _ => None,
     })
-}
-
-/// Prunes a run's publish waiters when a wait ends (see `waiters::PruneOnDrop`).
-struct PruneOnDrop<'a>(&'a Core, &'a str);
-
-impl Drop for PruneOnDrop<'_> {
-    fn drop(&mut self) {
-        let mut waiters = self
-            .0
-            .publish_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = waiters.get_mut(self.1) {
-            list.retain(|w| !w.is_closed());
-            if list.is_empty() {
-                waiters.remove(self.1);
-            }
-        }
-    }
 }
 
 impl Core {
@@ -50,15 +32,9 @@ impl Core {
     /// run may still go on, so its callers keep waiting), [`ActorError::UnknownRun`],
     /// [`ActorError::Shutdown`], storage errors.
     pub async fn wait_published(&self, run_id: &str, key: &str) -> Result<Payload, ActorError> {
-        let _prune = PruneOnDrop(self, run_id);
+        let _prune = PruneOnDrop(&self.publish_waiters, run_id);
         loop {
-            let (tx, rx) = oneshot::channel();
-            self.publish_waiters
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(run_id.to_owned())
-                .or_default()
-                .push(tx);
+            let rx = self.publish_waiters.register(run_id);
             self.check_open()?;
             // The state first: if it says finished, the log read after it is whole
             // (the last events and the final state land in one batch).
@@ -81,23 +57,13 @@ impl Core {
     /// Wakes the callers waiting for a value of the run: a `Published` event landed,
     /// or the run ended or was parked.
     pub(crate) fn notify_published(&self, run_id: &str) {
-        let waiters = self
-            .publish_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run_id);
-        for w in waiters.into_iter().flatten() {
+        for w in self.publish_waiters.take(run_id) {
             let _ = w.send(());
         }
     }
 
     /// How many callers wait for a published value, over all runs. For tests.
     pub fn waiting_for_published(&self) -> usize {
-        self.publish_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .map(Vec::len)
-            .sum()
+        self.publish_waiters.count()
     }
 }

@@ -3,13 +3,64 @@
 
 use super::*;
 
+/// Callers waiting on runs, by run id: each a one-shot sender the run's next
+/// change (of state, or a published value) answers. Shared by `result()`-style
+/// waiters and `wait_published()`.
+pub(crate) struct Waiters<T>(Mutex<HashMap<String, Vec<oneshot::Sender<T>>>>);
+
+impl<T> Default for Waiters<T> {
+    fn default() -> Self {
+        Waiters(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T> Waiters<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<oneshot::Sender<T>>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a waiter on the run; the receiver errors if it is dropped unanswered.
+    pub(super) fn register(&self, run_id: &str) -> oneshot::Receiver<T> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().entry(run_id.to_owned()).or_default().push(tx);
+        rx
+    }
+
+    /// Takes the run's waiters, to answer them.
+    pub(super) fn take(&self, run_id: &str) -> Vec<oneshot::Sender<T>> {
+        self.lock().remove(run_id).unwrap_or_default()
+    }
+
+    /// Drops every waiter: they learn the host shut down.
+    pub(super) fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// How many callers wait, over all runs.
+    pub(super) fn count(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
+    }
+
+    /// Drops the senders of waiters that went away (returned, or were dropped by
+    /// their caller), so the map does not grow with finished, unknown or idle runs.
+    fn prune(&self, run_id: &str) {
+        let mut waiters = self.lock();
+        if let Some(list) = waiters.get_mut(run_id) {
+            list.retain(|w| !w.is_closed());
+            if list.is_empty() {
+                waiters.remove(run_id);
+            }
+        }
+    }
+}
+
 /// Prunes a run's waiters when a wait ends (its receiver is dropped first: locals
 /// drop in reverse order, and this guard is created before the receiver).
-struct PruneOnDrop<'a>(&'a Core, &'a str);
+pub(super) struct PruneOnDrop<'a, T>(pub(super) &'a Waiters<T>, pub(super) &'a str);
 
-impl Drop for PruneOnDrop<'_> {
+impl<T> Drop for PruneOnDrop<'_, T> {
     fn drop(&mut self) {
-        self.0.prune_waiters(self.1);
+        self.0.prune(self.1);
     }
 }
 
@@ -41,18 +92,12 @@ impl Core {
         // However this ends (returned, or dropped by a caller who stopped waiting),
         // the sender registered for it goes, so abandoned waits do not pile up on a
         // run that may never change state.
-        let _prune = PruneOnDrop(self, run_id);
+        let _prune = PruneOnDrop(&self.waiters, run_id);
         loop {
             if let Some(meta) = notified.take().filter(|m| pred(&m.state)) {
                 return Ok(meta);
             }
-            let (tx, rx) = oneshot::channel();
-            self.waiters
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(run_id.to_owned())
-                .or_default()
-                .push(tx);
+            let rx = self.waiters.register(run_id);
             let checked = match self.check_open() {
                 Ok(()) => self.known(run_id).await,
                 Err(e) => Err(e),
@@ -75,24 +120,7 @@ impl Core {
     /// How many callers wait for a run's state to change (`result()`,
     /// `wait_until_suspended()`), over all runs. For tests and metrics.
     pub fn waiting_callers(&self) -> usize {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .map(Vec::len)
-            .sum()
-    }
-
-    /// Drops the senders of waiters that went away (returned, or were dropped by
-    /// their caller), so the map does not grow with finished, unknown or idle runs.
-    pub(super) fn prune_waiters(&self, run_id: &str) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = waiters.get_mut(run_id) {
-            list.retain(|w| !w.is_closed());
-            if list.is_empty() {
-                waiters.remove(run_id);
-            }
-        }
+        self.waiters.count()
     }
 
     /// Wakes the run's waiters, handing them the new state when the caller knows it
@@ -111,12 +139,7 @@ impl Core {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(run_id);
         }
-        let waiters = self
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run_id);
-        for w in waiters.into_iter().flatten() {
+        for w in self.waiters.take(run_id) {
             let _ = w.send(meta.cloned());
         }
     }

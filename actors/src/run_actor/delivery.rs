@@ -72,37 +72,23 @@ impl RunActor {
                     .await?;
             }
             Delivery::ChildDone { wait_id, result } => {
-                if finished
-                    || self.has_event(
-                        |e| matches!(e, Event::ChildCompleted { id, .. } if *id == wait_id),
-                    )
-                {
+                let event = Event::ChildCompleted {
+                    id: wait_id,
+                    result,
+                };
+                if finished || self.has_child_news(&event) {
                     self.begin(&me, false).await;
                     return Ok(());
                 }
-                self.append_wake(
-                    vec![Event::ChildCompleted {
-                        id: wait_id,
-                        result,
-                    }],
-                    Vec::new(),
-                )
-                .await?;
+                self.append_wake(vec![event], Vec::new()).await?;
             }
             Delivery::ChildDetached { wait_id, error } => {
-                if finished
-                    || self.has_event(
-                        |e| matches!(e, Event::ChildDetached { id, .. } if *id == wait_id),
-                    )
-                {
+                let event = Event::ChildDetached { id: wait_id, error };
+                if finished || self.has_child_news(&event) {
                     self.begin(&me, false).await;
                     return Ok(());
                 }
-                self.append_wake(
-                    vec![Event::ChildDetached { id: wait_id, error }],
-                    Vec::new(),
-                )
-                .await?;
+                self.append_wake(vec![event], Vec::new()).await?;
             }
             Delivery::Cancel { reason, hard } => {
                 return self.cancel(reason, hard, ctx).await;
@@ -112,5 +98,25 @@ impl RunActor {
         self.suspended = false;
         self.begin(&me, false).await;
         Ok(())
+    }
+
+    /// Whether the log already holds news of a child for this wait id (a child's
+    /// end, or a detached child's start, of the same kind as `event`): a
+    /// redelivery whose first answer was lost appends nothing.
+    fn has_child_news(&self, event: &Event) -> bool {
+        let Some(news) = child_news(event) else {
+            return false;
+        };
+        self.has_event(|e| child_news(e) == Some(news))
+    }
+}
+
+/// The kind and wait id of an event that brings news of a child.
+fn child_news(e: &Event) -> Option<(&'static str, &str)> {
+    match e {
+        Event::ChildCompleted { id, .. } | Event::ChildDetached { id, .. } => {
+            Some((e.kind(), id.as_str()))
+        }
+        _ => None,
     }
 }
