@@ -76,17 +76,13 @@ impl Services {
                 tracing::warn!(parent, child = child_run_id, error = %e, "reel: child cycle check failed")
             }
         }
-        match core.start_child(&child).await {
-            Ok(()) => {}
-            Err(e) if is_passing(&e) => core.retry_child_start(child, e),
-            Err(e) => core.child_start_failed(&child, e),
-        }
+        core.start_or_retry(child).await;
     }
 
     /// Starts a detached child (idempotent on its id): the parent does not wait for
     /// it and is not told when it ends, only whether it could be started, which is
     /// delivered to the parent's wait `wait_id` (`detached#<n>`). A passing failure is
-    /// retried with backoff until the host closes.
+    /// retried in the background, as for a waited-for child.
     pub async fn start_detached(
         &self,
         parent: &str,
@@ -96,46 +92,18 @@ impl Services {
         child_run_id: &str,
         input: Payload,
     ) {
-        let link = ParentLink {
-            run_id: parent.to_owned(),
-            wait_id: wait_id.to_owned(),
-        };
-        let mut backoff = Duration::from_millis(20);
-        let error = loop {
-            let Some(core) = self.0.upgrade().filter(|c| !c.is_closing()) else {
-                return;
-            };
-            let started = core
-                .start(
-                    workflow,
-                    version,
-                    child_run_id,
-                    input.clone(),
-                    Some(link.clone()),
-                    None,
-                )
-                .await;
-            match started {
-                Ok(_) => break None,
-                Err(ActorError::Shutdown) => return,
-                Err(e) if is_passing(&e) => {
-                    tracing::warn!(parent, child = child_run_id, error = %e, "reel: detached child could not be started yet; retrying");
-                }
-                Err(ActorError::NotRegistered(f)) => break Some(f),
-                Err(e) => break Some(Failure::Other(e.to_string())),
-            }
-            drop(core);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        };
         let Some(core) = self.0.upgrade() else { return };
-        core.spawn_delivery(
-            parent.to_owned(),
-            Delivery::ChildDetached {
+        let child = ChildStart {
+            link: ParentLink {
+                run_id: parent.to_owned(),
                 wait_id: wait_id.to_owned(),
-                error,
             },
-        );
+            workflow: workflow.to_owned(),
+            version,
+            run_id: child_run_id.to_owned(),
+            input,
+        };
+        core.start_or_retry(child).await;
     }
 
     /// Delivers a signal to another run, as [`Core::signal`] does.
@@ -160,7 +128,7 @@ pub(crate) fn is_detached(wait_id: &str) -> bool {
     wait_id.starts_with("detached#")
 }
 
-/// A child run a parent waits for.
+/// A child run to start: waited for, or detached (`detached#<n>` wait ids).
 struct ChildStart {
     link: ParentLink,
     workflow: String,
@@ -248,7 +216,18 @@ impl Core {
         Ok(waiters)
     }
 
-    /// Starts a child (idempotent) and delivers its result at once if it has finished.
+    /// Starts a child, retrying in the background after a passing failure, and
+    /// delivers a failure for good to its parent.
+    async fn start_or_retry(&self, child: ChildStart) {
+        match self.start_child(&child).await {
+            Ok(()) => {}
+            Err(e) if is_passing(&e) => self.retry_child_start(child, e),
+            Err(e) => self.child_start_failed(&child, e),
+        }
+    }
+
+    /// Starts a child (idempotent) and delivers its result at once if it has finished
+    /// (a detached child's parent learns only that it started).
     async fn start_child(&self, c: &ChildStart) -> Result<(), ActorError> {
         self.start(
             &c.workflow,
@@ -259,6 +238,16 @@ impl Core {
             None,
         )
         .await?;
+        if is_detached(&c.link.wait_id) {
+            self.spawn_delivery(
+                c.link.run_id.clone(),
+                Delivery::ChildDetached {
+                    wait_id: c.link.wait_id.clone(),
+                    error: None,
+                },
+            );
+            return Ok(());
+        }
         if let Some(meta) = self.meta(&c.run_id).await?
             && meta.state.is_finished()
         {
@@ -306,13 +295,19 @@ impl Core {
     /// Delivers `failure` to the parent as its child's result.
     fn child_failed(&self, c: &ChildStart, failure: Failure) {
         self.unsubscribe(&c.run_id, &c.link);
-        self.spawn_delivery(
-            c.link.run_id.clone(),
+        let wait_id = c.link.wait_id.clone();
+        let delivery = if is_detached(&wait_id) {
+            Delivery::ChildDetached {
+                wait_id,
+                error: Some(failure),
+            }
+        } else {
             Delivery::ChildDone {
-                wait_id: c.link.wait_id.clone(),
+                wait_id,
                 result: Err(failure),
-            },
-        );
+            }
+        };
+        self.spawn_delivery(c.link.run_id.clone(), delivery);
     }
 
     fn unsubscribe(&self, child_run_id: &str, link: &ParentLink) {
