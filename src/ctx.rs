@@ -72,6 +72,8 @@ impl StepCtx {
     /// `run id/step id`, with `%` and `/` in the run id escaped (`%25`, `%2F`), so
     /// the key is stable across retries and crashes, distinct between steps, and
     /// distinct between runs (run `a/b` step `c` and run `a` step `b/c` differ).
+    /// After the run has continued as new `n` times, the run part ends in `%S<n>`
+    /// (`order-1%S2/charge`), so steps of different segments differ too.
     /// Pass it to downstream APIs as their idempotency key.
     pub fn idempotency_key(&self) -> &str {
         &self.key
@@ -79,7 +81,8 @@ impl StepCtx {
 }
 
 /// The idempotency key of a step: unambiguous whatever the run id holds.
-pub(crate) fn idempotency_key(run_id: &str, step_id: &str) -> String {
+/// The escaped run id never holds `%S`, so the segment suffix is unambiguous.
+pub(crate) fn idempotency_key(run_id: &str, segment: u32, step_id: &str) -> String {
     let mut key = String::with_capacity(run_id.len() + step_id.len() + 1);
     for c in run_id.chars() {
         match c {
@@ -87,6 +90,9 @@ pub(crate) fn idempotency_key(run_id: &str, step_id: &str) -> String {
             '/' => key.push_str("%2F"),
             c => key.push(c),
         }
+    }
+    if segment > 0 {
+        key.push_str(&format!("%S{segment}"));
     }
     key.push('/');
     key.push_str(step_id);
@@ -112,6 +118,10 @@ impl std::fmt::Debug for Ctx {
 
 pub(crate) struct Inner {
     pub(crate) run_id: Arc<str>,
+    /// The run's workflow name.
+    pub(crate) workflow: &'static str,
+    /// How many times the run has continued as new.
+    pub(crate) segment: u32,
     /// The run that started this one as its child.
     pub(crate) parent: Option<String>,
     /// `None` when replaying without a store (`reel::testing`): a new primitive marks
@@ -120,6 +130,16 @@ pub(crate) struct Inner {
     pub(crate) services: Option<Services>,
     pub(crate) policy: RetryPolicy,
     state: Mutex<State>,
+}
+
+/// A handler's request to continue as new (`ctx.continue_as_new`), kept until the
+/// driver ends the execution with it.
+#[derive(Clone, Debug)]
+pub(crate) struct ContinueRequest {
+    /// The version of the workflow the new segment runs.
+    pub(crate) version: u32,
+    /// The new segment's input.
+    pub(crate) input: Payload,
 }
 
 /// What the primitives and the driver share during one execution.
@@ -143,6 +163,8 @@ pub(crate) struct State {
     pub(crate) settled: HashSet<String>,
     /// The execution is over and its handler is being dropped.
     pub(crate) closing: bool,
+    /// The handler asked to continue as new.
+    pub(crate) continued: Option<ContinueRequest>,
 }
 
 /// Payloads keep struct field names (MessagePack maps), so adding a field with
@@ -175,6 +197,8 @@ pub(crate) fn millis(d: std::time::Duration) -> u64 {
 impl Ctx {
     pub(crate) fn new(
         run_id: Arc<str>,
+        workflow: &'static str,
+        segment: u32,
         parent: Option<String>,
         history: &Arc<Vec<Event>>,
         journal: Option<Journal>,
@@ -185,6 +209,8 @@ impl Ctx {
             shielded: false,
             inner: Arc::new(Inner {
                 run_id,
+                workflow,
+                segment,
                 parent,
                 journal,
                 services,
@@ -200,6 +226,7 @@ impl Ctx {
                     frontier: None,
                     settled: HashSet::new(),
                     closing: false,
+                    continued: None,
                 }),
             }),
         }
@@ -500,8 +527,10 @@ mod tests {
 
     #[test]
     fn idempotency_keys_escape_the_run_id() {
-        assert_eq!(idempotency_key("a/b", "c"), "a%2Fb/c");
-        assert_eq!(idempotency_key("a", "b/c"), "a/b/c");
-        assert_eq!(idempotency_key("50%", "x"), "50%25/x");
+        assert_eq!(idempotency_key("a/b", 0, "c"), "a%2Fb/c");
+        assert_eq!(idempotency_key("a", 0, "b/c"), "a/b/c");
+        assert_eq!(idempotency_key("50%", 0, "x"), "50%25/x");
+        assert_eq!(idempotency_key("a", 2, "x"), "a%S2/x");
+        assert_eq!(idempotency_key("a%S2", 0, "x"), "a%25S2/x");
     }
 }

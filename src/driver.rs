@@ -226,7 +226,7 @@ where
                     } if seq >= history_len => st.replay.note_step_failure(id, *attempt, error),
                     _ => {}
                 }
-                st.slots.deliver(&event)
+                st.slots.deliver(seq, &event)
             };
             if delivered.resolved {
                 self.settle_delivery(delivered);
@@ -300,6 +300,25 @@ where
                 None => Outcome::Failed(st.replay.failure(&e)),
             },
         }
+    }
+
+    /// The handler asked to continue as new: the outcome that ends this segment.
+    /// Signals walked and not consumed, and every one not walked yet, carry over.
+    fn continued(&self) -> Option<Outcome> {
+        let request = self.ctx.lock().continued.take()?;
+        if let Some(o) = self.stopped() {
+            return Some(o);
+        }
+        let mut st = self.ctx.lock();
+        if let Err(e) = st.replay.finish() {
+            return Some(Outcome::Parked(Failure::from(&e)));
+        }
+        Some(Outcome::ContinuedAsNew {
+            version: request.version,
+            input: request.input,
+            carried: st.slots.unconsumed_signals(),
+            seen: self.walked,
+        })
     }
 
     /// The suspension to report if the execution can only wait now.
@@ -418,6 +437,16 @@ where
             if let Some(o) = this.stopped() {
                 return this.finish(o);
             }
+            if let Some(o) = this.continued() {
+                if matches!(o, Outcome::Parked(_)) {
+                    return this.finish(o);
+                }
+                // As when the handler returns: what it queued starts first.
+                let effects = std::mem::take(&mut this.ctx.lock().effects);
+                this.start_effects(effects);
+                this.ending = Some(o);
+                return this.end(cx);
+            }
             if this.top.woken.swap(false, Ordering::AcqRel) {
                 continue;
             }
@@ -466,6 +495,7 @@ where
 pub(crate) fn execute<W: Workflow>(
     workflow: Arc<W>,
     run_id: Arc<str>,
+    segment: u32,
     parent: Option<String>,
     history: Arc<Vec<Event>>,
     journal: Option<Journal>,
@@ -473,6 +503,8 @@ pub(crate) fn execute<W: Workflow>(
 ) -> (Pin<Box<dyn Stream<Item = Outcome> + Send>>, Ctx) {
     let ctx = Ctx::new(
         run_id,
+        W::NAME,
+        segment,
         parent,
         &history,
         journal.clone(),

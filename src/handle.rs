@@ -62,7 +62,10 @@ impl<W: Workflow> RunHandle<W> {
 
     /// Sends a signal. Buffered in the run's log (also while the run is passivated)
     /// and delivered to the next wait on `name`; a second send with the same
-    /// `signal_id` is dropped, so retrying a send is safe.
+    /// `signal_id` is dropped, so retrying a send is safe. (The ids a run knows are
+    /// those of its current log segment: after it continues as new, a signal it
+    /// consumed before is not recognised again; one it had not consumed carries
+    /// over with its id.)
     ///
     /// # Errors
     /// [`Error::ReservedName`] for a name starting with `approval:` (send approvals
@@ -245,7 +248,29 @@ impl<W: Workflow> RunHandle<W> {
         })
     }
 
-    /// The run's durable log, in order; readable while the run runs.
+    /// What the host knows about the run: its workflow, version, status, parent,
+    /// log segment, and the size of the segment its wake-ups replay. Past
+    /// [`HostBuilder::long_log_warning`](crate::HostBuilder::long_log_warning)
+    /// events, a run that loops for ever should
+    /// [continue as new](crate::Ctx::continue_as_new).
+    ///
+    /// # Errors
+    /// [`Error::UnknownRun`], [`Error::Storage`], [`Error::Shutdown`].
+    pub async fn info(&self) -> Result<RunInfo> {
+        let core = self.core()?;
+        let meta = core
+            .meta(&self.run_id)
+            .await?
+            .ok_or_else(|| Error::UnknownRun(self.run_id.to_string()))?;
+        let log = core.log_size(&self.run_id, meta.segment_start).await?;
+        let mut info = RunInfo::from(meta);
+        info.log = Some(log);
+        Ok(info)
+    }
+
+    /// The run's durable log, in order, every segment of it (a run that continued
+    /// as new has a `ContinuedAsNew` event where each segment ends); readable while
+    /// the run runs.
     ///
     /// # Errors
     /// [`Error::UnknownRun`], [`Error::Storage`] (a corrupt record names its run and

@@ -21,6 +21,7 @@ impl<W: Workflow> Engine for WorkflowEngine<W> {
         execute(
             self.0.clone(),
             e.run_id,
+            e.segment,
             e.parent,
             e.history,
             Some(e.journal),
@@ -133,6 +134,15 @@ impl HostBuilder {
     /// [`RunHandle::terminate`] does).
     pub fn cancel_grace(mut self, d: Duration) -> Self {
         self.options.cancel_grace = d;
+        self
+    }
+
+    /// A run whose current log segment grows past `events` events gets a
+    /// `tracing` warning, once per activation (default 10,000): every wake-up
+    /// replays the whole segment, so a run that loops for ever should
+    /// [continue as new](crate::Ctx::continue_as_new).
+    pub fn long_log_warning(mut self, events: u64) -> Self {
+        self.options.long_log_events = events;
         self
     }
 

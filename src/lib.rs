@@ -85,7 +85,9 @@ pub use ctx::{Approval, Ctx, StepCtx};
 pub use error::{Error, Result};
 pub use handle::RunHandle;
 pub use host::{Host, HostBuilder};
-pub use reel_storage::{AttemptError, Event, Failure, FjallStore, MemStore, Payload, Store};
+pub use reel_storage::{
+    AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Store,
+};
 pub use status::{RunInfo, RunStatus, StartOptions};
 pub use step_error::StepError;
 pub use uuid::Uuid;

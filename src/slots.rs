@@ -65,6 +65,9 @@ struct Slot {
     wait: Option<WaitInfo>,
     /// For signal waits: the name, and whether the deadline timer is still armed.
     signal: Option<String>,
+    /// For a signal wait that received a signal it has not taken yet: the
+    /// signal's position in the log (it is not consumed until taken).
+    signal_seq: Option<u64>,
     /// Whether a cancel request ends this wait: every primitive's but a recorded
     /// value's (it resolves at once) and a shielded call's.
     cancellable: bool,
@@ -88,7 +91,8 @@ pub(crate) struct Slots {
     /// Pending waits by signal name, in call order (stale ids are skipped).
     waits: HashMap<String, VecDeque<String>>,
     /// Visible signals no wait has taken yet, by name, oldest first.
-    buffer: HashMap<String, VecDeque<Payload>>,
+    /// Each with its position in the log.
+    buffer: HashMap<String, VecDeque<(u64, Payload)>>,
     /// The reason of the cancel request, once the walk has reached it.
     cancelled: Option<String>,
     /// `ctx.cancelled()` futures waiting for the request.
@@ -112,6 +116,7 @@ impl Slots {
                 state: State::Pending(None),
                 wait,
                 signal: None,
+                signal_seq: None,
             },
         );
     }
@@ -243,12 +248,8 @@ impl Slots {
         if let Some(line) = self.waits.get_mut(&name) {
             line.retain(|w| *w != id);
         }
-        if let Some(payload) = self.buffer.get_mut(&name).and_then(VecDeque::pop_front) {
-            self.resolve(
-                &Key::Wait(id.clone()),
-                Resolution::Signal(payload),
-                &mut out,
-            );
+        if let Some((seq, payload)) = self.buffer.get_mut(&name).and_then(VecDeque::pop_front) {
+            self.resolve_signal(&id, seq, payload, &mut out);
             out.satisfied_wait = Some(id);
         }
         out
@@ -259,7 +260,10 @@ impl Slots {
         let slot = self.slots.get_mut(key)?;
         match &mut slot.state {
             State::Ready(_) => match std::mem::replace(&mut slot.state, State::Taken) {
-                State::Ready(r) => Some(r),
+                State::Ready(r) => {
+                    slot.signal_seq = None;
+                    Some(r)
+                }
                 _ => None,
             },
             State::Pending(w) => {
@@ -291,12 +295,16 @@ impl Slots {
         let Some(slot) = self.slots.remove(key) else {
             return out;
         };
-        if let (Some(name), State::Ready(Resolution::Signal(payload))) = (slot.signal, slot.state) {
+        if let (Some(name), Some(seq), State::Ready(Resolution::Signal(payload))) =
+            (slot.signal, slot.signal_seq, slot.state)
+        {
             match self.next_waiting(&name) {
-                Some(id) => {
-                    self.resolve(&Key::Wait(id), Resolution::Signal(payload), &mut out);
-                }
-                None => self.buffer.entry(name).or_default().push_front(payload),
+                Some(id) => self.resolve_signal(&id, seq, payload, &mut out),
+                None => self
+                    .buffer
+                    .entry(name)
+                    .or_default()
+                    .push_front((seq, payload)),
             }
         }
         out
@@ -319,6 +327,34 @@ impl Slots {
         None
     }
 
+    /// Hands the signal at log position `seq` to the wait `id`.
+    fn resolve_signal(&mut self, id: &str, seq: u64, payload: Payload, out: &mut Delivered) {
+        let key = Key::Wait(id.to_owned());
+        if self.resolve(&key, Resolution::Signal(payload), out)
+            && let Some(slot) = self.slots.get_mut(&key)
+        {
+            slot.signal_seq = Some(seq);
+        }
+    }
+
+    /// The log positions of the signals walked so far that no wait has taken:
+    /// buffered ones, and those handed to a wait whose future has not taken them.
+    /// A run that continues as new carries them over, in log order.
+    pub(crate) fn unconsumed_signals(&self) -> Vec<u64> {
+        let mut seqs: Vec<u64> = self
+            .buffer
+            .values()
+            .flatten()
+            .map(|(seq, _)| *seq)
+            .chain(self.slots.values().filter_map(|s| match s.state {
+                State::Ready(Resolution::Signal(_)) => s.signal_seq,
+                _ => None,
+            }))
+            .collect();
+        seqs.sort_unstable();
+        seqs
+    }
+
     fn resolve(&mut self, key: &Key, r: Resolution, out: &mut Delivered) -> bool {
         let Some(slot) = self.slots.get_mut(key) else {
             return false;
@@ -334,8 +370,8 @@ impl Slots {
         true
     }
 
-    /// Makes one logged event visible to the handler.
-    pub(crate) fn deliver(&mut self, event: &Event) -> Delivered {
+    /// Makes one logged event, at log position `seq`, visible to the handler.
+    pub(crate) fn deliver(&mut self, seq: u64, event: &Event) -> Delivered {
         let mut out = Delivered::default();
         match event {
             Event::StepCompleted { id, output } => {
@@ -366,18 +402,14 @@ impl Slots {
             }
             Event::SignalReceived { name, payload, .. } => match self.next_waiting(name) {
                 Some(id) => {
-                    self.resolve(
-                        &Key::Wait(id.clone()),
-                        Resolution::Signal(payload.clone()),
-                        &mut out,
-                    );
+                    self.resolve_signal(&id, seq, payload.clone(), &mut out);
                     out.satisfied_wait = Some(id);
                 }
                 None => self
                     .buffer
                     .entry(name.clone())
                     .or_default()
-                    .push_back(payload.clone()),
+                    .push_back((seq, payload.clone())),
             },
             Event::Recorded { id, value, .. } => {
                 self.resolve(
@@ -486,7 +518,7 @@ mod tests {
     #[test]
     fn buffered_signal_goes_to_the_next_wait() {
         let mut s = Slots::default();
-        s.deliver(&signal(1));
+        s.deliver(0, &signal(1));
         s.register_wait("signal#1", "x", info());
         assert!(take(&mut s, "signal#1").is_none(), "only through the feed");
         assert!(s.feed_buffered().resolved);
@@ -496,12 +528,15 @@ mod tests {
     #[test]
     fn buffered_signals_are_fed_one_wait_at_a_time_in_call_order() {
         let mut s = Slots::default();
-        s.deliver(&Event::SignalReceived {
-            name: "y".into(),
-            signal_id: "y1".into(),
-            payload: p(2),
-        });
-        s.deliver(&signal(1));
+        s.deliver(
+            0,
+            &Event::SignalReceived {
+                name: "y".into(),
+                signal_id: "y1".into(),
+                payload: p(2),
+            },
+        );
+        s.deliver(0, &signal(1));
         s.register_wait("signal#1", "x", info());
         s.register_wait("signal#2", "y", info());
         let first = s.feed_buffered();
@@ -518,15 +553,18 @@ mod tests {
     fn timed_out_wait_takes_nothing() {
         let mut s = Slots::default();
         s.register_wait("signal#1", "x", info());
-        s.deliver(&Event::TimerFired {
-            id: "signal#1".into(),
-        });
+        s.deliver(
+            0,
+            &Event::TimerFired {
+                id: "signal#1".into(),
+            },
+        );
         assert!(matches!(
             take(&mut s, "signal#1"),
             Some(Resolution::TimedOut)
         ));
         s.register_wait("signal#2", "x", info());
-        let d = s.deliver(&signal(7));
+        let d = s.deliver(0, &signal(7));
         assert_eq!(d.satisfied_wait.as_deref(), Some("signal#2"));
         assert!(matches!(take(&mut s, "signal#2"), Some(Resolution::Signal(v)) if v == p(7)));
     }
@@ -534,8 +572,8 @@ mod tests {
     #[test]
     fn dropped_wait_gives_its_signal_back() {
         let mut s = Slots::default();
-        s.deliver(&signal(1));
-        s.deliver(&signal(2));
+        s.deliver(0, &signal(1));
+        s.deliver(0, &signal(2));
         s.register_wait("signal#1", "x", info());
         s.feed_buffered();
         s.remove(&Key::Wait("signal#1".into()));
@@ -550,7 +588,7 @@ mod tests {
         s.register_wait("signal#1", "x", info());
         s.register_wait("signal#2", "x", info());
         s.remove(&Key::Wait("signal#1".into()));
-        s.deliver(&signal(3));
+        s.deliver(0, &signal(3));
         assert!(matches!(take(&mut s, "signal#2"), Some(Resolution::Signal(v)) if v == p(3)));
     }
 
@@ -558,12 +596,18 @@ mod tests {
     fn a_decided_slot_stays_decided() {
         let mut s = Slots::default();
         s.register(Key::Timer("timer#1".into()), Some(info()));
-        s.deliver(&Event::TimerFired {
-            id: "timer#1".into(),
-        });
-        let late = s.deliver(&Event::TimerFired {
-            id: "timer#1".into(),
-        });
+        s.deliver(
+            0,
+            &Event::TimerFired {
+                id: "timer#1".into(),
+            },
+        );
+        let late = s.deliver(
+            0,
+            &Event::TimerFired {
+                id: "timer#1".into(),
+            },
+        );
         assert!(!late.resolved);
         assert!(matches!(
             s.poll(&Key::Timer("timer#1".into()), &noop()),
@@ -571,9 +615,12 @@ mod tests {
         ));
         s.remove(&Key::Timer("timer#1".into()));
         assert!(
-            !s.deliver(&Event::TimerFired {
-                id: "timer#1".into()
-            })
+            !s.deliver(
+                0,
+                &Event::TimerFired {
+                    id: "timer#1".into()
+                }
+            )
             .resolved
         );
     }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reel_storage::{RunMeta, RunState};
+use reel_storage::{LogSize, RunMeta, RunState};
 
 use crate::Error;
 
@@ -86,6 +86,13 @@ pub struct RunInfo {
     pub status: RunStatus,
     /// The run that started it as a child, if any.
     pub parent: Option<String>,
+    /// How many times the run has continued as new (the number of its current log
+    /// segment, from 0).
+    pub segment: u32,
+    /// The size of the current log segment, which every wake-up replays: filled
+    /// in by [`RunHandle::info`](crate::RunHandle::info) (it reads the segment's
+    /// records), `None` in listings.
+    pub log: Option<LogSize>,
 }
 
 impl From<RunMeta> for RunInfo {
@@ -93,6 +100,8 @@ impl From<RunMeta> for RunInfo {
         RunInfo {
             status: RunStatus::from(&m.state),
             parent: m.parent.map(|p| p.run_id),
+            segment: m.segment,
+            log: None,
             run_id: m.run_id,
             workflow: m.workflow,
             version: m.version,

@@ -42,10 +42,17 @@ pub enum Replayed<O> {
     /// The history ends before the handler does: it would wait for this (or call
     /// this new primitive) next.
     Pending(String),
+    /// The handler continued as new (`ctx.continue_as_new`), to this version of its
+    /// workflow.
+    ContinuedAsNew {
+        /// The version the next segment runs.
+        version: u32,
+    },
 }
 
 /// Replays `history` against `workflow` with no store and no side effects: recorded
-/// steps return their recorded values and no body runs.
+/// steps return their recorded values and no body runs. A log of a run that
+/// continued as new is replayed from its last segment (its last `RunStarted`).
 ///
 /// # Errors
 /// [`Error::ReplayDivergence`] naming the first divergent event, [`Error::Codec`]
@@ -65,10 +72,20 @@ pub async fn replay_as<W: Workflow>(
     run_id: &str,
     history: &[Event],
 ) -> Result<Replayed<W::Output>> {
-    let history = Arc::new(history.to_vec());
+    let segment = history
+        .iter()
+        .rposition(|e| matches!(e, Event::RunStarted { .. }))
+        .unwrap_or(0);
+    let segments = history[..segment]
+        .iter()
+        .filter(|e| matches!(e, Event::ContinuedAsNew { .. }))
+        .count();
+    let segments = u32::try_from(segments).unwrap_or(u32::MAX);
+    let history = Arc::new(history[segment..].to_vec());
     let (mut outcomes, ctx) = execute(
         Arc::new(workflow),
         Arc::from(run_id),
+        segments,
         None,
         history,
         None,
@@ -85,6 +102,7 @@ pub async fn replay_as<W: Workflow>(
         Outcome::Cancelled(reason) => Ok(Replayed::Failed(Error::Cancelled(reason))),
         Outcome::Parked(f) => Err(f.into()),
         Outcome::Crashed(m) => Err(Error::Crashed(m)),
+        Outcome::ContinuedAsNew { version, .. } => Ok(Replayed::ContinuedAsNew { version }),
         Outcome::Suspended { waiting_on, .. } => Ok(Replayed::Pending(
             ctx.frontier_reached().unwrap_or(waiting_on),
         )),

@@ -15,8 +15,8 @@ use kameo::error::{ActorStopReason, SendError};
 use kameo::message::Message;
 use kameo::supervision::RestartPolicy;
 use reel_storage::{
-    Append, CorruptRecord, Event, Failure, ParentLink, Payload, RunMeta, RunState, StorageError,
-    Store, TimerEntry, check_run_id,
+    Append, CorruptRecord, Event, Failure, LogSize, ParentLink, Payload, RunMeta, RunState,
+    StorageError, Store, TimerEntry, check_run_id,
 };
 use tokio::sync::{Semaphore, oneshot};
 
@@ -55,6 +55,10 @@ pub struct CoreOptions {
     /// How long a cancelled run's handler may go on cleaning up before it is
     /// cancelled hard. Zero cancels at once.
     pub cancel_grace: Duration,
+    /// A run whose current log segment grows past this many events gets a
+    /// `tracing` warning (once per activation): every wake-up replays the whole
+    /// segment, so a run that loops for ever should continue as new.
+    pub long_log_events: u64,
 }
 
 impl Default for CoreOptions {
@@ -65,6 +69,7 @@ impl Default for CoreOptions {
             restart_window: Duration::from_secs(30),
             activation_concurrency: 256,
             cancel_grace: Duration::from_secs(30),
+            long_log_events: 10_000,
         }
     }
 }
@@ -303,6 +308,8 @@ impl Core {
             created_at: now,
             updated_at: now,
             parent,
+            segment_start: 0,
+            segment: 0,
         };
         let started = Event::RunStarted {
             workflow: workflow.to_owned(),
@@ -413,6 +420,16 @@ impl Core {
         let store = self.store.clone();
         let id = run_id.to_owned();
         Ok(blocking(move || store.read_log(&id)).await?)
+    }
+
+    /// How many events and bytes a run's log holds from sequence number `from` on.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize, ActorError> {
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        Ok(blocking(move || store.log_size(&id, from)).await?)
     }
 
     /// The last event of a run's log.

@@ -25,6 +25,19 @@ pub enum Outcome {
     /// The handler ended (with an error) after it was asked to cancel: the run is
     /// cancelled, with the reason it was given.
     Cancelled(String),
+    /// The handler continued as new: the run's current log segment ends and a new
+    /// one begins with `input`, run by `version` of the same workflow.
+    ContinuedAsNew {
+        /// The workflow version the new segment runs.
+        version: u32,
+        /// The new segment's input.
+        input: Payload,
+        /// Positions (in the segment) of the signals the execution walked and did
+        /// not consume; every signal past `seen` is unconsumed too. They carry over.
+        carried: Vec<u64>,
+        /// How many events of the segment the execution had walked.
+        seen: u64,
+    },
     /// Every branch of the handler waits on something durable (timer, signal, child).
     /// Not final: the execution stays alive and goes on when the journal reports new
     /// durable events.
@@ -57,6 +70,9 @@ pub struct Execution {
     pub services: Services,
     /// The run that started this one as its child, if any.
     pub parent: Option<String>,
+    /// How many times the run has continued as new (the history is the segment
+    /// that began then).
+    pub segment: u32,
 }
 
 /// One registered workflow definition (one name and version), type-erased.

@@ -23,6 +23,9 @@ pub struct Journal(Arc<Shared>);
 
 struct Shared {
     run_id: Arc<str>,
+    /// The sequence number of the segment's first event (its `RunStarted`): the
+    /// journal counts positions within the segment, the store sequence numbers.
+    base: u64,
     store: Arc<dyn Store>,
     core: Weak<Core>,
     state: Mutex<State>,
@@ -148,10 +151,12 @@ impl Journal {
         store: Arc<dyn Store>,
         core: Weak<Core>,
         history: Vec<Event>,
+        base: u64,
     ) -> Journal {
         let len = history.len() as u64;
         Journal(Arc::new(Shared {
             run_id,
+            base,
             store,
             core,
             state: Mutex::new(State {
@@ -251,7 +256,7 @@ impl Journal {
                     journal: self.clone(),
                 };
             }
-            let expected_seq = (!events.is_empty()).then_some(state.next_seq);
+            let expected_seq = (!events.is_empty()).then_some(self.0.base + state.next_seq);
             state.next_seq += events.len() as u64;
             let end = state.next_seq;
             state.tail.extend(events.iter().cloned());
@@ -360,6 +365,11 @@ impl Journal {
     pub(crate) fn with_events<R>(&self, f: impl FnOnce(&[Event], &[Event]) -> R) -> R {
         let state = self.lock();
         f(&state.history, &state.tail)
+    }
+
+    /// The store sequence number of the segment's first event.
+    pub(crate) fn base(&self) -> u64 {
+        self.0.base
     }
 
     /// Number of events in the log (recorded and queued).

@@ -29,6 +29,7 @@ use crate::timers::now_ms;
 
 mod cancel;
 mod delivery;
+mod segment;
 
 pub(crate) struct RunArgs {
     pub(crate) core: Weak<Core>,
@@ -51,6 +52,8 @@ pub(crate) struct RunActor {
     generation: u64,
     idle_generation: u64,
     retired: bool,
+    /// The segment's length has been warned about (`CoreOptions::long_log_events`).
+    log_warned: bool,
 }
 
 /// Run the handler now (start, recovery, restart). Also resumes a parked run.
@@ -66,13 +69,18 @@ pub(crate) enum Delivery {
         payload: Payload,
     },
     Timer(TimerEntry),
+    /// A waited-for child ended. `child` is its run id: news of a child called in
+    /// an earlier segment of a run that continued as new finds no matching
+    /// `ChildStarted` and is dropped.
     ChildDone {
         wait_id: String,
+        child: String,
         result: Result<Payload, Failure>,
     },
     /// The detached child `detached#<n>` was started, or could not be.
     ChildDetached {
         wait_id: String,
+        child: String,
         error: Option<Failure>,
     },
     /// Cancel the run: graceful (the handler may clean up) unless `hard`.
@@ -116,7 +124,8 @@ impl Actor for RunActor {
                 let id = args.run_id.clone();
                 blocking(move || {
                     let meta = store.get_run(&id)?;
-                    Ok((meta, store.read_log(&id)))
+                    let from = meta.as_ref().map_or(0, |m| m.segment_start);
+                    Ok((meta, store.read_log_from(&id, from)))
                 })
                 .await?
             }
@@ -146,6 +155,7 @@ impl Actor for RunActor {
             core.store.clone(),
             Arc::downgrade(&core),
             log,
+            meta.segment_start,
         );
         if args.resume && broken.is_none() {
             let _ = me.tell(Resume).try_send();
@@ -162,6 +172,7 @@ impl Actor for RunActor {
             generation: 0,
             idle_generation: 0,
             retired: false,
+            log_warned: false,
         })
     }
 
@@ -232,6 +243,7 @@ impl RunActor {
         self.generation += 1;
         self.idle_generation += 1;
         self.suspended = false;
+        self.warn_if_long();
         let generation = self.generation;
         let execution = Execution {
             run_id: self.run_id.clone(),
@@ -239,6 +251,7 @@ impl RunActor {
             journal: self.journal.clone(),
             services: Services(Arc::downgrade(&self.core)),
             parent: self.meta.parent.as_ref().map(|p| p.run_id.clone()),
+            segment: self.meta.segment,
         };
         let span = tracing::info_span!(
             "reel.run",
@@ -376,6 +389,29 @@ impl RunActor {
         });
     }
 
+    /// Warns once per actor when the segment has grown past
+    /// `CoreOptions::long_log_events`: every wake-up replays all of it.
+    fn warn_if_long(&mut self) {
+        let events = self.journal.len();
+        if self.log_warned || events <= self.core.options.long_log_events {
+            return;
+        }
+        self.log_warned = true;
+        tracing::warn!(
+            run_id = %self.run_id,
+            events,
+            "reel: the run's log segment is long and every wake-up replays it; \
+             a run that loops for ever should use ctx.continue_as_new"
+        );
+    }
+
+    /// Whether the segment has a `ChildStarted` for `wait_id` naming `child`.
+    fn called_child(&self, wait_id: &str, child: &str) -> bool {
+        self.has_event(|e| {
+            matches!(e, Event::ChildStarted { id, run_id, .. } if id == wait_id && run_id == child)
+        })
+    }
+
     fn has_event(&self, pred: impl Fn(&Event) -> bool) -> bool {
         self.journal
             .with_events(|h, t| h.iter().chain(t.iter()).any(pred))
@@ -478,6 +514,15 @@ impl Message<ExecReport> for RunActor {
                     ctx,
                 )
                 .await
+            }
+            Outcome::ContinuedAsNew {
+                version,
+                input,
+                carried,
+                seen,
+            } => {
+                self.continue_as_new(version, input, &carried, seen, ctx)
+                    .await
             }
             Outcome::Suspended {
                 waiting_on,

@@ -15,11 +15,14 @@
 //! - `patch`: [`Ctx::patched`](crate::Ctx::patched),
 //!   [`Ctx::deprecate_patch`](crate::Ctx::deprecate_patch): changing code under
 //!   runs in flight.
+//! - `continue_as_new`: [`Ctx::continue_as_new`](crate::Ctx::continue_as_new):
+//!   a long-lived run starts a new log segment.
 //! - `publish`: [`Ctx::publish`](crate::Ctx::publish), read with
 //!   [`RunHandle::published`](crate::RunHandle::published) and
 //!   [`RunHandle::wait_published`](crate::RunHandle::wait_published).
 
 mod child;
+mod continue_as_new;
 mod patch;
 mod publish;
 mod recorded;

@@ -259,7 +259,7 @@ impl Ctx {
         let _running = self.body_running();
         let step_ctx = StepCtx {
             attempt,
-            key: idempotency_key(&self.inner.run_id, id),
+            key: idempotency_key(&self.inner.run_id, self.inner.segment, id),
             ctx: self.clone(),
         };
         let span =

@@ -333,6 +333,14 @@ pub enum Event {
         /// The encoded value.
         value: Payload,
     },
+    /// The handler continued as new (`ctx.continue_as_new`): this event ends the
+    /// run's current log segment, and the next event, a `RunStarted` with the new
+    /// input, begins the next one. The signals the ended segment had received but
+    /// not consumed are copied into the new segment right after its `RunStarted`.
+    ContinuedAsNew {
+        /// How many signals were carried over into the new segment.
+        carried: u32,
+    },
 }
 
 impl Event {
@@ -359,6 +367,7 @@ impl Event {
             Event::ChildDetached { .. } => "ChildDetached",
             Event::Patched { .. } => "Patched",
             Event::Published { .. } => "Published",
+            Event::ContinuedAsNew { .. } => "ContinuedAsNew",
         }
     }
 

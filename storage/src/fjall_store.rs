@@ -19,8 +19,10 @@ use std::thread::JoinHandle;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use tokio::sync::oneshot;
 
-use crate::keys::{encode_timer_key, log_key, log_prefix, seq_of};
-use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
+use crate::keys::{encode_timer_key, log_end, log_key, log_prefix, seq_of};
+use crate::store::{
+    Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
+};
 use crate::{Event, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
 
 /// The on-disk format this build writes and reads.
@@ -29,15 +31,16 @@ use crate::{Event, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
 /// visible to the handler one at a time, in log order. `reel-log/3` added
 /// `Deadline`, `ChildDetached`, `Patched` and `Published`, and the attempts of a
 /// failed step (`Failure::Step::attempts`): an older build would report those
-/// records as corrupt, so it is refused by the marker instead.
-pub const FORMAT_VERSION: &str = "reel-log/3";
+/// records as corrupt, so it is refused by the marker instead. `reel-log/4` added
+/// `ContinuedAsNew` and log segments (`RunMeta::segment_start`).
+pub const FORMAT_VERSION: &str = "reel-log/4";
 
 /// Older formats this build opens, upgrading the marker: their records decode the
 /// same way (fields added since default when absent). Runs recorded by
 /// `reel-log/1` replay under the `reel-log/2` visibility rule; a concurrent handler
 /// whose old log does not match it is parked with a replay divergence (never
 /// misread), and sequential handlers resume as they were.
-const UPGRADABLE_FORMATS: [&str; 2] = ["reel-log/1", "reel-log/2"];
+const UPGRADABLE_FORMATS: [&str; 3] = ["reel-log/1", "reel-log/2", "reel-log/3"];
 
 const MAX_BATCH: usize = 8192;
 /// Runs whose next sequence number is cached; a miss costs one reverse key lookup.
@@ -302,21 +305,38 @@ impl LogWriter for FjallStore {
 
 impl LogReader for FjallStore {
     fn read_log(&self, run_id: &str) -> Result<Vec<Event>> {
+        self.read_log_from(run_id, 0)
+    }
+
+    fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>> {
         let ks = self.keyspaces()?;
         let mut events = Vec::new();
-        for guard in ks.log.prefix(log_prefix(run_id)) {
+        let mut next = from;
+        for guard in ks.log.range(log_key(run_id, from)..log_end(run_id)) {
             let (key, value) = guard.into_inner()?;
             let seq = seq_of(run_id, &key)?;
-            if seq != events.len() as u64 {
+            if seq != next {
                 return Err(StorageError::Corrupt {
                     run_id: run_id.to_owned(),
-                    seq: events.len() as u64,
+                    seq: next,
                     reason: format!("missing record (next present is {seq})"),
                 });
             }
             events.push(Event::decode(&value, run_id, seq)?);
+            next += 1;
         }
         Ok(events)
+    }
+
+    fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize> {
+        let ks = self.keyspaces()?;
+        let mut size = LogSize::default();
+        for guard in ks.log.range(log_key(run_id, from)..log_end(run_id)) {
+            let (key, value) = guard.into_inner()?;
+            size.events += 1;
+            size.bytes += (key.len() + value.len()) as u64;
+        }
+        Ok(size)
     }
 
     fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {

@@ -22,6 +22,15 @@ pub(crate) fn log_key(run_id: &str, seq: u64) -> Vec<u8> {
     k
 }
 
+/// The first key past every log key of `run_id` (run ids never hold NUL).
+pub(crate) fn log_end(run_id: &str) -> Vec<u8> {
+    let mut k = log_prefix(run_id);
+    if let Some(last) = k.last_mut() {
+        *last = 1;
+    }
+    k
+}
+
 /// The sequence number of a log key found under `run_id`'s prefix.
 pub(crate) fn seq_of(run_id: &str, key: &[u8]) -> Result<u64, StorageError> {
     let tail = key.get(run_id.len() + 1..).unwrap_or_default();

@@ -42,4 +42,6 @@ pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;
 pub use meta::{ParentLink, RunMeta, RunState, TimerEntry};
 pub use scan::{CorruptRecord, Scan};
-pub use store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
+pub use store::{
+    Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
+};

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
+use crate::store::{
+    Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
+};
 use crate::{Event, RunMeta, Scan, StorageError, TimerEntry};
 
 #[derive(Default)]
@@ -83,6 +85,28 @@ impl LogWriter for MemStore {
 impl LogReader for MemStore {
     fn read_log(&self, run_id: &str) -> Result<Vec<Event>> {
         self.read(|st| st.logs.get(run_id).cloned().unwrap_or_default())
+    }
+
+    fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>> {
+        let from = usize::try_from(from).unwrap_or(usize::MAX);
+        self.read(|st| {
+            st.logs
+                .get(run_id)
+                .map(|l| l.get(from..).unwrap_or_default().to_vec())
+                .unwrap_or_default()
+        })
+    }
+
+    fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize> {
+        let events = self.read_log_from(run_id, from)?;
+        let mut bytes = 0;
+        for e in &events {
+            bytes += e.encode()?.len() as u64;
+        }
+        Ok(LogSize {
+            events: events.len() as u64,
+            bytes,
+        })
     }
 
     fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {

@@ -74,6 +74,13 @@ pub struct RunMeta {
     pub updated_at: u64,
     /// Set when the run was started as a child of another run.
     pub parent: Option<ParentLink>,
+    /// Sequence number of the `RunStarted` that begins the run's current log
+    /// segment: 0 until the run continues as new.
+    #[serde(default)]
+    pub segment_start: u64,
+    /// How many times the run has continued as new (its current segment's number).
+    #[serde(default)]
+    pub segment: u32,
 }
 
 impl RunMeta {

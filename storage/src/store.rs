@@ -102,6 +102,15 @@ impl Future for Ticket {
     }
 }
 
+/// The size of (part of) a run's log, as stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogSize {
+    /// Number of events.
+    pub events: u64,
+    /// Bytes of their records (keys and encoded values).
+    pub bytes: u64,
+}
+
 /// Appends to run logs.
 pub trait LogWriter: Send + Sync {
     /// Queues `append`; it is ordered after every append submitted before it.
@@ -117,6 +126,22 @@ pub trait LogReader: Send + Sync {
     /// [`StorageError::Corrupt`] naming the first record that does not decode, or a
     /// gap in the sequence.
     fn read_log(&self, run_id: &str) -> Result<Vec<Event>>;
+
+    /// The log of one run from sequence number `from` on, in order: the current
+    /// segment of a run that continued as new starts at
+    /// [`RunMeta::segment_start`](crate::RunMeta::segment_start).
+    ///
+    /// # Errors
+    /// As [`LogReader::read_log`].
+    fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>>;
+
+    /// How many events, and how many stored bytes (keys and values), the run's log
+    /// holds from sequence number `from` on. Reads no event into memory beyond
+    /// its record.
+    ///
+    /// # Errors
+    /// I/O.
+    fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize>;
 
     /// The last event of a run and its sequence number.
     ///

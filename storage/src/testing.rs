@@ -49,7 +49,9 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
 
-use crate::store::{Append, LogReader, LogWriter, MetaReader, Result, Store, Ticket, TimerReader};
+use crate::store::{
+    Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
+};
 use crate::{Event, RunMeta, Scan, StorageError, TimerEntry};
 
 /// An operation of the [`Store`] traits that a [`Fault`] can target.
@@ -548,6 +550,14 @@ impl LogWriter for FaultStore {
 impl LogReader for FaultStore {
     fn read_log(&self, run_id: &str) -> Result<Vec<Event>> {
         self.read(Op::ReadLog, Some(run_id), |s| s.read_log(run_id))
+    }
+
+    fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>> {
+        self.read(Op::ReadLog, Some(run_id), |s| s.read_log_from(run_id, from))
+    }
+
+    fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize> {
+        self.read(Op::ReadLog, Some(run_id), |s| s.log_size(run_id, from))
     }
 
     fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {

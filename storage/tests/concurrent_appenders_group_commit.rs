@@ -21,6 +21,8 @@ fn meta(run: &str, state: RunState, updated_at: u64) -> RunMeta {
         created_at: 1,
         updated_at,
         parent: None,
+        segment_start: 0,
+        segment: 0,
     }
 }
 

@@ -24,6 +24,8 @@ fn meta(run: &str) -> RunMeta {
         created_at: 1,
         updated_at: 2,
         parent: None,
+        segment_start: 0,
+        segment: 0,
     }
 }
 

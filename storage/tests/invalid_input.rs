@@ -27,6 +27,8 @@ fn append(run: &str) -> Append {
             created_at: 0,
             updated_at: 0,
             parent: None,
+            segment_start: 0,
+            segment: 0,
         }),
         add_timers: vec![TimerEntry {
             fire_at: 5,

@@ -59,6 +59,8 @@ fn meta(run: &str, seq: u64) -> RunMeta {
         created_at: 0,
         updated_at: seq,
         parent: None,
+        segment_start: 0,
+        segment: 0,
     }
 }
 

@@ -114,6 +114,8 @@ fn run_meta() -> BoxedStrategy<RunMeta> {
                 created_at,
                 updated_at,
                 parent: parent.map(|(run_id, wait_id)| ParentLink { run_id, wait_id }),
+                segment_start: 0,
+                segment: 0,
             },
         )
         .boxed()

@@ -32,6 +32,8 @@ async fn write_run(store: &FjallStore, run: &str, durable: bool) {
                 created_at: 10,
                 updated_at: 20,
                 parent: None,
+                segment_start: 0,
+                segment: 0,
             }),
             add_timers: vec![TimerEntry {
                 fire_at: 42,
@@ -156,7 +158,7 @@ async fn previous_format_is_upgraded_and_its_runs_kept() {
     store.close();
     drop(store);
 
-    for old in ["reel-log/1", "reel-log/2"] {
+    for old in ["reel-log/1", "reel-log/2", "reel-log/3"] {
         tamper_format(dir.path(), Some(old));
         let store = FjallStore::open(dir.path()).expect("an older store opens");
         assert_run(&store, "r");

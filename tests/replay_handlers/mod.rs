@@ -270,6 +270,7 @@ fn check<O: std::fmt::Debug>(r: reel::Result<Replayed<O>>) -> Checked {
         Ok(Replayed::Completed(o)) => Ok(format!("completed {o:?}")),
         Ok(Replayed::Failed(e)) => Ok(format!("failed {e}")),
         Ok(Replayed::Pending(w)) => Ok(format!("pending on {w}")),
+        Ok(Replayed::ContinuedAsNew { version }) => Ok(format!("continued as new ({version})")),
         Err(
             e @ (Error::ReplayDivergence { .. }
             | Error::Codec(_)

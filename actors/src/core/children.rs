@@ -243,6 +243,7 @@ impl Core {
                 c.link.run_id.clone(),
                 Delivery::ChildDetached {
                     wait_id: c.link.wait_id.clone(),
+                    child: c.run_id.clone(),
                     error: None,
                 },
             );
@@ -299,11 +300,13 @@ impl Core {
         let delivery = if is_detached(&wait_id) {
             Delivery::ChildDetached {
                 wait_id,
+                child: c.run_id.clone(),
                 error: Some(failure),
             }
         } else {
             Delivery::ChildDone {
                 wait_id,
+                child: c.run_id.clone(),
                 result: Err(failure),
             }
         };
@@ -376,6 +379,7 @@ impl Core {
                     p.run_id,
                     Delivery::ChildDone {
                         wait_id: p.wait_id,
+                        child: child.run_id.clone(),
                         result: result.clone(),
                     },
                 );

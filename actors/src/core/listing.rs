@@ -23,6 +23,8 @@ fn stand_in_meta(store: &dyn Store, run_id: String, error: Failure) -> RunMeta {
         created_at: 0,
         updated_at: 0,
         parent: None,
+        segment_start: 0,
+        segment: 0,
     }
 }
 

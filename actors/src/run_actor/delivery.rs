@@ -8,6 +8,7 @@ use reel_storage::Event;
 
 use super::{Delivery, RunActor};
 use crate::error::ActorError;
+use crate::journal::timer_of;
 
 impl RunActor {
     pub(super) async fn deliver(
@@ -48,15 +49,20 @@ impl RunActor {
                 return self.deadline_due(entry, ctx).await;
             }
             Delivery::Timer(entry) => {
-                // One pass over the log: has this timer fired, or been cancelled?
-                let (fired, cancelled) = self.journal.with_events(|h, t| {
-                    h.iter().chain(t).fold((false, false), |(f, c), e| match e {
-                        Event::TimerFired { id } if *id == entry.timer_id => (true, c),
-                        Event::TimerCancelled { id } if *id == entry.timer_id => (f, true),
-                        _ => (f, c),
-                    })
+                // One pass over the log: was this timer created in this segment,
+                // and has it fired, or been cancelled? A timer of an earlier
+                // segment of a run that continued as new is dropped.
+                let (created, fired, cancelled) = self.journal.with_events(|h, t| {
+                    h.iter()
+                        .chain(t)
+                        .fold((false, false, false), |(n, f, c), e| match e {
+                            Event::TimerFired { id } if *id == entry.timer_id => (n, true, c),
+                            Event::TimerCancelled { id } if *id == entry.timer_id => (n, f, true),
+                            e if timer_of(&self.run_id, e).as_ref() == Some(&entry) => (true, f, c),
+                            _ => (n, f, c),
+                        })
                 });
-                if finished || fired || cancelled {
+                if finished || fired || cancelled || !created {
                     self.journal
                         .append_with(Vec::new(), None, vec![entry], false)
                         .await?;
@@ -71,7 +77,15 @@ impl RunActor {
                 self.append_wake(vec![Event::TimerFired { id }], vec![entry])
                     .await?;
             }
-            Delivery::ChildDone { wait_id, result } => {
+            Delivery::ChildDone {
+                wait_id,
+                child,
+                result,
+            } => {
+                if !self.called_child(&wait_id, &child) {
+                    tracing::debug!(run_id = %self.run_id, wait_id, child, "reel: news of a child of an earlier segment; dropped");
+                    return Ok(());
+                }
                 let event = Event::ChildCompleted {
                     id: wait_id,
                     result,
@@ -82,7 +96,15 @@ impl RunActor {
                 }
                 self.append_wake(vec![event], Vec::new()).await?;
             }
-            Delivery::ChildDetached { wait_id, error } => {
+            Delivery::ChildDetached {
+                wait_id,
+                child,
+                error,
+            } => {
+                if !self.called_child(&wait_id, &child) {
+                    tracing::debug!(run_id = %self.run_id, wait_id, child, "reel: news of a child of an earlier segment; dropped");
+                    return Ok(());
+                }
                 let event = Event::ChildDetached { id: wait_id, error };
                 if finished || self.has_child_news(&event) {
                     self.begin(&me, false).await;

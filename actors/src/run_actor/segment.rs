@@ -1,0 +1,139 @@
+//! Continue-as-new in the run actor: ending a log segment and beginning the next.
+//!
+//! The handler asked to continue as new and its execution has ended. One atomic,
+//! fsynced batch then ends the old segment (`ContinuedAsNew`) and begins the new
+//! one: its `RunStarted` with the new input, the host's deadlines still pending
+//! (the run's own deadline spans every segment), and, in log order, the signals
+//! the old segment did not consume and a cancel request if there was one. The
+//! same batch moves the metadata's `segment_start` to the new `RunStarted` and
+//! removes the old segment's other timers from the index. The actor then replays
+//! only the new segment, from a fresh journal; the old one stays in the log.
+//!
+//! If the process dies before the batch lands, the old segment is replayed and its
+//! handler reaches the same call again.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use kameo::message::Context;
+use reel_storage::{Event, Payload, RunState, TimerEntry};
+
+use super::RunActor;
+use crate::error::ActorError;
+use crate::journal::{Journal, pending_timers};
+
+/// What the new segment begins with, taken from the old one.
+struct Carried {
+    /// Deadlines, then signals and a cancel request in log order.
+    events: Vec<Event>,
+    /// How many of them are signals.
+    signals: u32,
+    /// The old segment's own timers, which leave the index.
+    remove: Vec<TimerEntry>,
+}
+
+impl RunActor {
+    /// Ends the current segment and begins the next with `input`, run by `version`
+    /// of the run's workflow. `carried` and `seen` come from the ended execution:
+    /// the positions of the signals it walked and did not consume, and how far it
+    /// walked (every signal past that is unconsumed too).
+    pub(super) async fn continue_as_new(
+        &mut self,
+        version: u32,
+        input: Payload,
+        carried: &[u64],
+        seen: u64,
+        ctx: &mut Context<Self, ()>,
+    ) -> Result<(), ActorError> {
+        let engine = match self.core.registry.lookup(&self.meta.workflow, version) {
+            Ok(engine) => engine,
+            Err(failure) => {
+                // The log is left as it is: a host that registers the version
+                // replays the old segment, which continues as new again.
+                self.park(failure).await;
+                self.retire(ctx).await;
+                return Ok(());
+            }
+        };
+        // Nothing of the ended execution may follow the segment's end.
+        self.journal.close();
+        let old = self.carry_over(carried, seen);
+        let start = self.journal.base() + self.journal.len() + 1;
+        let mut events = vec![
+            Event::ContinuedAsNew {
+                carried: old.signals,
+            },
+            Event::RunStarted {
+                workflow: self.meta.workflow.clone(),
+                version,
+                input,
+            },
+        ];
+        events.extend(old.events);
+        let mut meta = self.meta_with(RunState::Running);
+        meta.version = version;
+        meta.segment_start = start;
+        meta.segment += 1;
+        self.journal
+            .append_final(events.clone(), meta.clone(), old.remove)
+            .await?;
+        tracing::info!(
+            run_id = %self.run_id,
+            segment = meta.segment,
+            carried = old.signals,
+            "reel: run continued as new"
+        );
+        self.meta = meta;
+        self.engine = Ok(engine);
+        events.remove(0);
+        self.journal = Journal::new(
+            self.run_id.clone(),
+            self.core.store.clone(),
+            Arc::downgrade(&self.core),
+            events,
+            start,
+        );
+        self.log_warned = false;
+        self.core.notify_changed(&self.run_id, Some(&self.meta));
+        let me = ctx.actor_ref().clone();
+        self.begin(&me, false).await;
+        self.settle(&me);
+        Ok(())
+    }
+
+    /// What the new segment takes from the current one.
+    fn carry_over(&self, carried: &[u64], seen: u64) -> Carried {
+        let run_id = self.run_id.clone();
+        let carried: HashSet<u64> = carried.iter().copied().collect();
+        self.journal.with_events(|h, t| {
+            let log = || h.iter().chain(t.iter());
+            let (deadlines, remove): (Vec<TimerEntry>, Vec<TimerEntry>) =
+                pending_timers(&run_id, log())
+                    .into_iter()
+                    .partition(|t| t.timer_id.starts_with('@'));
+            let mut events: Vec<Event> = deadlines
+                .into_iter()
+                .map(|t| Event::Deadline {
+                    id: t.timer_id,
+                    fire_at: t.fire_at,
+                })
+                .collect();
+            let mut signals = 0;
+            for (seq, e) in (0u64..).zip(log()) {
+                match e {
+                    Event::SignalReceived { .. } if seq >= seen || carried.contains(&seq) => {
+                        signals += 1;
+                        events.push(e.clone());
+                    }
+                    Event::CancelRequested { .. } => events.push(e.clone()),
+                    _ => {}
+                }
+            }
+            Carried {
+                events,
+                signals,
+                remove,
+            }
+        })
+    }
+}

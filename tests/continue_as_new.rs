@@ -1,0 +1,251 @@
+//! `ctx.continue_as_new`: a long-lived run starts a new log segment. Signals it has
+//! not consumed carry over (in order, with their ids), the old segments stay
+//! readable, `result()` waits for the last segment, wake-ups replay only the
+//! current segment, and all of it holds across a host restart.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Counter, Gate, until_log, within};
+use reel::{Ctx, Event, Host, RunStatus, Workflow, testing};
+use serde::{Deserialize, Serialize};
+
+const LIMIT: Duration = Duration::from_secs(30);
+/// Signals an entity consumes per segment before it continues as new.
+const PER_SEGMENT: usize = 3;
+
+/// An entity: applies `add` signals one by one through a step, continues as new
+/// every `PER_SEGMENT` signals, and ends after `until` signals.
+#[derive(Clone, Default)]
+struct Entity {
+    applied: Counter,
+    /// Holds every step until opened, when set.
+    gate: Option<&'static Gate>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Ledger {
+    adds: Vec<u64>,
+    until: usize,
+}
+
+impl Workflow for Entity {
+    const NAME: &'static str = "entity";
+    type Input = Ledger;
+    type Output = Vec<u64>;
+    async fn run(&self, ctx: Ctx, mut ledger: Ledger) -> reel::Result<Vec<u64>> {
+        for _ in 0..PER_SEGMENT {
+            if ledger.adds.len() == ledger.until {
+                return Ok(ledger.adds);
+            }
+            let add: u64 = ctx.wait_for_signal("add").await?;
+            let (applied, gate) = (self.applied.clone(), self.gate);
+            let add = ctx
+                .step("apply", move |_| {
+                    applied.bump();
+                    async move {
+                        if let Some(gate) = gate {
+                            gate.wait().await;
+                        }
+                        Ok::<_, String>(add)
+                    }
+                })
+                .await?;
+            ledger.adds.push(add);
+        }
+        ctx.continue_as_new::<Entity>(ledger).await
+    }
+}
+
+/// Calls `continue_as_new` with another workflow than its own.
+struct Confused;
+
+impl Workflow for Confused {
+    const NAME: &'static str = "confused";
+    type Input = ();
+    type Output = Vec<u64>;
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<Vec<u64>> {
+        ctx.continue_as_new::<Entity>(Ledger::default()).await
+    }
+}
+
+fn open(dir: &Path, entity: &Entity) -> impl Future<Output = reel::Result<Host>> {
+    Host::builder()
+        .path(dir.join("store"))
+        .register(entity.clone())
+        .register(Confused)
+        .build()
+}
+
+fn count(events: &[Event], kind: &str) -> usize {
+    events.iter().filter(|e| e.kind() == kind).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconsumed_signals_carry_over_in_order() -> anyhow::Result<()> {
+    static GATE: Gate = Gate::new();
+    let dir = tempfile::tempdir()?;
+    let entity = Entity {
+        gate: Some(&GATE),
+        ..Entity::default()
+    };
+    let host = open(dir.path(), &entity).await?;
+    let ledger = Ledger {
+        adds: Vec::new(),
+        until: 10,
+    };
+    let run = host.start::<Entity>("cart", ledger).await?;
+    run.signal("add", &1u64, "add-1").await?;
+    until_log(&run, LIMIT, "the first step", |e| {
+        count(e, "StepStarted") == 1
+    })
+    .await?;
+    // The first step is held: the other nine wait in the log, unconsumed.
+    for i in 2..=10u64 {
+        run.signal("add", &i, &format!("add-{i}")).await?;
+    }
+    GATE.open();
+    let adds = within(LIMIT, "the result", run.result()).await??;
+    assert_eq!(
+        adds,
+        (1..=10).collect::<Vec<u64>>(),
+        "each signal once, in order"
+    );
+    assert_eq!(entity.applied.get(), 10, "no step ran twice");
+
+    let events = run.events().await?;
+    let carried: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ContinuedAsNew { carried } => Some(*carried),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        carried,
+        [7, 4, 1],
+        "segments of 3, 3, 3 and 1, the rest carried"
+    );
+    assert_eq!(
+        count(&events, "RunStarted"),
+        4,
+        "old segments stay readable"
+    );
+    assert_eq!(count(&events, "RunCompleted"), 1);
+    let info = run.info().await?;
+    assert_eq!(info.segment, 3);
+    assert_eq!(info.status, RunStatus::Completed);
+    let log = info.log.expect("info reads the segment's size");
+    let last_segment = events.len()
+        - events
+            .iter()
+            .rposition(|e| matches!(e, Event::RunStarted { .. }))
+            .unwrap_or(0);
+    assert_eq!(
+        log.events, last_segment as u64,
+        "the size is the last segment's"
+    );
+    assert!(log.bytes > 0);
+
+    // Replaying the saved log replays its last segment.
+    let replayed = testing::replay(Entity::default(), &events).await?;
+    assert_eq!(
+        replayed,
+        testing::Replayed::Completed((1..=10).collect::<Vec<u64>>())
+    );
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continued_run_survives_a_restart() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let entity = Entity::default();
+    let host = open(dir.path(), &entity).await?;
+    let ledger = Ledger {
+        adds: Vec::new(),
+        until: 8,
+    };
+    let run = host.start::<Entity>("account", ledger).await?;
+    for i in 1..=4u64 {
+        run.signal("add", &i, &format!("add-{i}")).await?;
+    }
+    // The second segment has consumed the fourth signal and waits for the fifth.
+    until_log(&run, LIMIT, "the fourth step", |e| {
+        count(e, "StepCompleted") == 4 && count(e, "SignalAwaited") == 5
+    })
+    .await?;
+    // A signal not consumed yet is kept by the restart too.
+    run.signal("add", &5u64, "add-5").await?;
+    host.shutdown().await?;
+
+    let host = open(dir.path(), &entity).await?;
+    let run = host.handle::<Entity>("account");
+    // A resend of the unconsumed signal is still recognised by its id.
+    run.signal("add", &5u64, "add-5").await?;
+    for i in 6..=8u64 {
+        run.signal("add", &i, &format!("add-{i}")).await?;
+    }
+    let adds = within(LIMIT, "the result", run.result()).await??;
+    assert_eq!(adds, (1..=8).collect::<Vec<u64>>());
+    assert_eq!(entity.applied.get(), 8, "no recorded step ran again");
+    let events = run.events().await?;
+    assert_eq!(count(&events, "ContinuedAsNew"), 2);
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_replays_only_the_current_segment() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let entity = Entity::default();
+    // Passivate at once: every signal activates the run from disk and replays.
+    let host = Host::builder()
+        .path(dir.path().join("store"))
+        .register(entity.clone())
+        .passivate_after(Duration::ZERO)
+        .build()
+        .await?;
+    let ledger = Ledger {
+        adds: Vec::new(),
+        until: 30,
+    };
+    let run = host.start::<Entity>("session", ledger).await?;
+    for i in 1..=29u64 {
+        run.signal("add", &i, &format!("add-{i}")).await?;
+        run.wait_until_suspended().await?;
+        let info = run.info().await?;
+        let log = info.log.expect("size");
+        // RunStarted, at most three waits, signals and steps, and what carried.
+        assert!(
+            log.events <= 12,
+            "segment {} holds {} events after {i} signals",
+            info.segment,
+            log.events
+        );
+    }
+    run.signal("add", &30u64, "add-30").await?;
+    let adds = within(LIMIT, "the result", run.result()).await??;
+    assert_eq!(adds.len(), 30);
+    assert_eq!(entity.applied.get(), 30);
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuing_as_another_workflow_is_a_typed_error() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = open(dir.path(), &Entity::default()).await?;
+    let run = host.start::<Confused>("confused-1", ()).await?;
+    let err = within(LIMIT, "the result", run.result())
+        .await?
+        .expect_err("another workflow is refused");
+    assert!(err.to_string().contains("not `entity`"), "{err}");
+    assert!(matches!(run.status().await?, RunStatus::Failed { .. }));
+    let events = run.events().await?;
+    assert_eq!(count(&events, "ContinuedAsNew"), 0, "nothing continued");
+    host.shutdown().await?;
+    Ok(())
+}

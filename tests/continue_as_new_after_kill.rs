@@ -1,0 +1,245 @@
+//! Continue-as-new under SIGKILL: a child process drives entity runs that continue
+//! as new every few signals and is killed at random moments, several times; a host
+//! then reopens the store. Every run ends with every signal applied exactly once,
+//! in order (signals carried over between segments are neither lost nor doubled),
+//! and no step whose completion was recorded ran again.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use reel::{Ctx, Event, Host, RunHandle, Workflow};
+use serde::{Deserialize, Serialize};
+
+const RUNS: usize = 20;
+const SIGNALS: u64 = 12;
+const PER_SEGMENT: usize = 3;
+const CHILD_ENV: &str = "REEL_CAN_KILL9_CHILD_DIR";
+
+#[derive(Clone)]
+struct Entity {
+    side: PathBuf,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Ledger {
+    adds: Vec<u64>,
+    tokens: Vec<String>,
+}
+
+impl Workflow for Entity {
+    const NAME: &'static str = "entity";
+    type Input = Ledger;
+    type Output = Ledger;
+    async fn run(&self, ctx: Ctx, mut ledger: Ledger) -> reel::Result<Ledger> {
+        for _ in 0..PER_SEGMENT {
+            if ledger.adds.len() as u64 == SIGNALS {
+                return Ok(ledger);
+            }
+            let add: u64 = ctx.wait_for_signal("add").await?;
+            let side = self.side.clone();
+            let token = ctx
+                .step("apply", move |s| {
+                    let side = side.clone();
+                    async move {
+                        let token = format!("{}={}", s.idempotency_key(), reel::Uuid::new_v4());
+                        let mut f = std::fs::OpenOptions::new()
+                            .append(true)
+                            .create(true)
+                            .open(&side)?;
+                        f.write_all(format!("{token}\n").as_bytes())?;
+                        println!("exec");
+                        Ok::<_, std::io::Error>(token)
+                    }
+                })
+                .await?;
+            ledger.adds.push(add);
+            ledger.tokens.push(token);
+        }
+        ctx.continue_as_new::<Entity>(ledger).await
+    }
+}
+
+fn open(dir: &Path) -> impl Future<Output = reel::Result<Host>> {
+    Host::builder()
+        .path(dir.join("store"))
+        .register(Entity {
+            side: dir.join("executions.log"),
+        })
+        .build()
+}
+
+/// Sends the signals the run's log (every segment of it) does not hold yet, in
+/// order: a send cut short by a kill either landed or is sent again here.
+async fn send_missing(run: &RunHandle<Entity>) -> reel::Result<()> {
+    let events = run.events().await?;
+    if events.iter().any(Event::is_terminal) {
+        return Ok(());
+    }
+    for i in 1..=SIGNALS {
+        let id = format!("add-{i}");
+        let sent = events
+            .iter()
+            .any(|e| matches!(e, Event::SignalReceived { signal_id, .. } if *signal_id == id));
+        if !sent {
+            run.signal("add", &i, &id).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn drive(host: &Host) -> Vec<(String, Ledger)> {
+    let mut runs = Vec::new();
+    for r in 0..RUNS {
+        let id = format!("entity-{r}");
+        let run = host
+            .start::<Entity>(&id, Ledger::default())
+            .await
+            .expect("start");
+        send_missing(&run).await.expect("signals");
+        runs.push((id, run));
+    }
+    let mut out = Vec::new();
+    for (id, run) in runs {
+        out.push((id, run.result().await.expect("result")));
+    }
+    out
+}
+
+fn child(dir: &Path) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let host = open(dir).await.expect("open");
+        drive(&host).await;
+        println!("all-done");
+        std::io::stdout().flush().ok();
+        host.shutdown().await.expect("shutdown");
+    });
+}
+
+#[test]
+fn continue_as_new_after_kill() {
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        child(Path::new(&dir));
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7);
+    println!("seed {seed}");
+    let mut kills = 0;
+    for round in 0..6 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let kill_after = 5 + (seed >> 33) as usize % 40;
+        let mut child = Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                "continue_as_new_after_kill",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn child");
+        let stdout = child.stdout.take().expect("stdout");
+        let (mut execs, mut finished) = (0, false);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line == "exec" {
+                execs += 1;
+                if execs == kill_after {
+                    break;
+                }
+            }
+            if line == "all-done" {
+                finished = true;
+                break;
+            }
+        }
+        if !finished {
+            child.kill().expect("SIGKILL");
+            kills += 1;
+        }
+        let status = child.wait().expect("wait");
+        println!("round {round}: killed after {execs} step executions ({status})");
+        if finished {
+            break;
+        }
+    }
+    assert!(kills > 0, "the child was never killed");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (results, segments) = rt.block_on(async {
+        let host = open(dir.path()).await.expect("reopen");
+        let results = drive(&host).await;
+        let mut segments = 0;
+        for (id, _) in &results {
+            let events = host.handle::<Entity>(id).events().await.expect("events");
+            segments += events
+                .iter()
+                .filter(|e| matches!(e, Event::ContinuedAsNew { .. }))
+                .count();
+        }
+        host.shutdown().await.expect("shutdown");
+        (results, segments)
+    });
+    assert_eq!(
+        segments as u64,
+        RUNS as u64 * SIGNALS / PER_SEGMENT as u64,
+        "every run continued as new after every {PER_SEGMENT} signals"
+    );
+
+    // The token a step returned is the last one written under its key.
+    let side = std::fs::read_to_string(dir.path().join("executions.log")).expect("side file");
+    let mut last: HashMap<&str, &str> = HashMap::new();
+    for line in side.lines() {
+        if let Some((key, _)) = line.split_once('=') {
+            last.insert(key, line);
+        }
+    }
+    for (id, ledger) in &results {
+        assert_eq!(
+            ledger.adds,
+            (1..=SIGNALS).collect::<Vec<u64>>(),
+            "{id}: every signal applied once, in order"
+        );
+        let keys: std::collections::HashSet<&str> = ledger
+            .tokens
+            .iter()
+            .filter_map(|t| t.split_once('=').map(|(k, _)| k))
+            .collect();
+        assert_eq!(
+            keys.len() as u64,
+            SIGNALS,
+            "{id}: step keys differ between segments"
+        );
+        for token in &ledger.tokens {
+            let key = token.split_once('=').map(|(k, _)| k).unwrap_or_default();
+            assert_eq!(
+                last.get(key).copied(),
+                Some(token.as_str()),
+                "{id}: step `{key}` ran again after its completion was recorded"
+            );
+        }
+    }
+    println!(
+        "{kills} kills, {} step executions for {} steps",
+        side.lines().count(),
+        RUNS as u64 * SIGNALS
+    );
+}
