@@ -71,11 +71,46 @@ impl Workflow for Confused {
     }
 }
 
+/// Waits for a signal forever.
+struct Waiter;
+
+impl Workflow for Waiter {
+    const NAME: &'static str = "waiter";
+    type Input = ();
+    type Output = ();
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<()> {
+        ctx.wait_for_signal::<()>("never").await
+    }
+}
+
+/// Calls a child, and continues as new once `move` arrives, the child unfinished.
+struct Mover;
+
+impl Workflow for Mover {
+    const NAME: &'static str = "mover";
+    type Input = u32;
+    type Output = u32;
+    async fn run(&self, ctx: Ctx, segment: u32) -> reel::Result<u32> {
+        if segment == 1 {
+            return Ok(segment);
+        }
+        let child = ctx.child::<Waiter>(&format!("{}-child", ctx.run_id()), ());
+        let moved = ctx.wait_for_signal::<()>("move");
+        tokio::select! {
+            biased;
+            _ = moved => ctx.continue_as_new::<Mover>(segment + 1).await,
+            r = child => r.map(|()| segment),
+        }
+    }
+}
+
 fn open(dir: &Path, entity: &Entity) -> impl Future<Output = reel::Result<Host>> {
     Host::builder()
         .path(dir.join("store"))
         .register(entity.clone())
         .register(Confused)
+        .register(Waiter)
+        .register(Mover)
         .build()
 }
 
@@ -246,6 +281,23 @@ async fn continuing_as_another_workflow_is_a_typed_error() -> anyhow::Result<()>
     assert!(matches!(run.status().await?, RunStatus::Failed { .. }));
     let events = run.events().await?;
     assert_eq!(count(&events, "ContinuedAsNew"), 0, "nothing continued");
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_of_the_old_segment_are_cancelled() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = open(dir.path(), &Entity::default()).await?;
+    let run = host.start::<Mover>("mover", 0).await?;
+    run.wait_until_suspended().await?;
+    run.signal("move", &(), "move-1").await?;
+    assert_eq!(within(LIMIT, "the result", run.result()).await??, 1);
+    let child = host.handle::<Waiter>("mover-child");
+    let err = within(LIMIT, "the child's end", child.result())
+        .await?
+        .expect_err("the child is cancelled");
+    assert!(err.to_string().contains("parent continued as new"), "{err}");
     host.shutdown().await?;
     Ok(())
 }

@@ -78,7 +78,7 @@ impl RunActor {
         });
         let children = self.unfinished_children();
         self.append_wake(events, remove).await?;
-        self.cancel_children(children, &reason, false);
+        self.cancel_children(children, &format!("parent cancelled: {reason}"), false);
         self.suspended = false;
         let me = ctx.actor_ref().clone();
         self.begin(&me, false).await;
@@ -110,16 +110,17 @@ impl RunActor {
             ctx,
         )
         .await?;
-        self.cancel_children(children, &reason, true);
+        self.cancel_children(children, &format!("parent cancelled: {reason}"), true);
         Ok(())
     }
 
-    fn cancel_children(&self, children: Vec<String>, reason: &str, hard: bool) {
+    /// Asks each of `children` to cancel, with `reason`.
+    pub(super) fn cancel_children(&self, children: Vec<String>, reason: &str, hard: bool) {
         for child in children {
             self.core.spawn_delivery(
                 child,
                 Delivery::Cancel {
-                    reason: format!("parent cancelled: {reason}"),
+                    reason: reason.to_owned(),
                     hard,
                 },
             );

@@ -8,6 +8,8 @@
 //! same batch moves the metadata's `segment_start` to the new `RunStarted` and
 //! removes the old segment's other timers from the index. The actor then replays
 //! only the new segment, from a fresh journal; the old one stays in the log.
+//! Children the old segment waited on and that have not ended are asked to cancel
+//! (detached children are left alone).
 //!
 //! If the process dies before the batch lands, the old segment is replayed and its
 //! handler reaches the same call again.
@@ -55,6 +57,9 @@ impl RunActor {
                 return Ok(());
             }
         };
+        // Children the old segment waits on are its own: they are cancelled, as
+        // when a run ends cancelled (news of them would match nothing later).
+        let children = self.unfinished_children();
         // Nothing of the ended execution may follow the segment's end.
         self.journal.close();
         let old = self.carry_over(carried, seen);
@@ -94,6 +99,7 @@ impl RunActor {
             start,
         );
         self.log_warned = false;
+        self.cancel_children(children, "parent continued as new", false);
         self.core.notify_changed(&self.run_id, Some(&self.meta));
         let me = ctx.actor_ref().clone();
         self.begin(&me, false).await;
