@@ -301,3 +301,64 @@ async fn children_of_the_old_segment_are_cancelled() -> anyhow::Result<()> {
     host.shutdown().await?;
     Ok(())
 }
+
+/// Version 1 of `upgrade`: continues as new as version 2.
+struct UpgradeV1;
+
+impl Workflow for UpgradeV1 {
+    const NAME: &'static str = "upgrade";
+    type Input = String;
+    type Output = String;
+    async fn run(&self, ctx: Ctx, input: String) -> reel::Result<String> {
+        let seen = ctx
+            .step("v1", move |_| {
+                let input = input.clone();
+                async move { Ok::<_, String>(format!("{input}+v1")) }
+            })
+            .await?;
+        ctx.continue_as_new::<UpgradeV2>(seen).await
+    }
+}
+
+/// Version 2 of `upgrade`.
+struct UpgradeV2;
+
+impl Workflow for UpgradeV2 {
+    const NAME: &'static str = "upgrade";
+    const VERSION: u32 = 2;
+    type Input = String;
+    type Output = String;
+    async fn run(&self, _: Ctx, input: String) -> reel::Result<String> {
+        Ok(format!("{input}+v2"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuing_to_an_unregistered_version_parks_until_it_is_registered()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    let host = Host::builder().path(&store).register(UpgradeV1).build().await?;
+    let run = host.start::<UpgradeV1>("up", "in".to_owned()).await?;
+    let err = within(LIMIT, "the park", run.result())
+        .await?
+        .expect_err("version 2 is not registered");
+    assert!(err.to_string().contains("version 2"), "{err}");
+    assert!(matches!(run.status().await?, RunStatus::Parked { .. }));
+    assert_eq!(count(&run.events().await?, "ContinuedAsNew"), 0, "log unchanged");
+    host.shutdown().await?;
+
+    // A host with version 2 resumes the run: it continues as new, onto version 2.
+    let host = Host::builder()
+        .path(&store)
+        .register(UpgradeV1)
+        .register(UpgradeV2)
+        .build()
+        .await?;
+    let run = host.handle::<UpgradeV1>("up");
+    assert_eq!(within(LIMIT, "the result", run.result()).await??, "in+v1+v2");
+    let info = run.info().await?;
+    assert_eq!((info.version, info.segment), (2, 1));
+    host.shutdown().await?;
+    Ok(())
+}
