@@ -334,18 +334,26 @@ impl Workflow for UpgradeV2 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn continuing_to_an_unregistered_version_parks_until_it_is_registered()
--> anyhow::Result<()> {
+async fn continuing_to_an_unregistered_version_parks_until_it_is_registered() -> anyhow::Result<()>
+{
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("store");
-    let host = Host::builder().path(&store).register(UpgradeV1).build().await?;
+    let host = Host::builder()
+        .path(&store)
+        .register(UpgradeV1)
+        .build()
+        .await?;
     let run = host.start::<UpgradeV1>("up", "in".to_owned()).await?;
     let err = within(LIMIT, "the park", run.result())
         .await?
         .expect_err("version 2 is not registered");
     assert!(err.to_string().contains("version 2"), "{err}");
     assert!(matches!(run.status().await?, RunStatus::Parked { .. }));
-    assert_eq!(count(&run.events().await?, "ContinuedAsNew"), 0, "log unchanged");
+    assert_eq!(
+        count(&run.events().await?, "ContinuedAsNew"),
+        0,
+        "log unchanged"
+    );
     host.shutdown().await?;
 
     // A host with version 2 resumes the run: it continues as new, onto version 2.
@@ -356,7 +364,10 @@ async fn continuing_to_an_unregistered_version_parks_until_it_is_registered()
         .build()
         .await?;
     let run = host.handle::<UpgradeV1>("up");
-    assert_eq!(within(LIMIT, "the result", run.result()).await??, "in+v1+v2");
+    assert_eq!(
+        within(LIMIT, "the result", run.result()).await??,
+        "in+v1+v2"
+    );
     let info = run.info().await?;
     assert_eq!((info.version, info.segment), (2, 1));
     host.shutdown().await?;
