@@ -25,17 +25,22 @@
 //! - `timers`: the timer service actor.
 //! - `error`: [`ActorError`].
 
+mod blocking;
 mod core;
 mod engine;
 mod error;
 mod journal;
+mod message;
+mod options;
 mod run_actor;
 mod supervisor;
 mod timers;
+mod waiters;
 
-pub use crate::core::{Core, CoreOptions, Services, Started};
+pub use crate::core::{Core, Services, Started};
 pub use engine::{Engine, Execution, Outcome, Registry};
 pub use error::ActorError;
 pub use journal::{Journal, Landing, retry_timer_id};
+pub use options::CoreOptions;
 pub use run_actor::panic_message;
 pub use timers::now_ms;

@@ -17,14 +17,16 @@ use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
 use kameo::error::ActorStopReason;
 use kameo::message::{Context, Message};
-use reel_storage::{Event, Failure, Payload, RunMeta, RunState, TimerEntry};
+use reel_storage::{Event, Failure, RunMeta, RunState, TimerEntry};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
-use crate::core::{Core, Services, blocking, is_detached};
+use crate::blocking::blocking;
+use crate::core::{Core, Services};
 use crate::engine::{Engine, Execution, Outcome};
 use crate::error::ActorError;
 use crate::journal::{Journal, pending_timers};
+use crate::message::{Delivery, Resume, StopRun, is_detached};
 use crate::timers::now_ms;
 
 mod cancel;
@@ -52,39 +54,6 @@ pub(crate) struct RunActor {
     idle_generation: u64,
     retired: bool,
 }
-
-/// Run the handler now (start, recovery, restart). Also resumes a parked run.
-#[derive(Clone, Copy)]
-pub(crate) struct Resume;
-
-/// Something that wakes a run.
-#[derive(Clone, Debug)]
-pub(crate) enum Delivery {
-    Signal {
-        name: String,
-        signal_id: String,
-        payload: Payload,
-    },
-    Timer(TimerEntry),
-    ChildDone {
-        wait_id: String,
-        result: Result<Payload, Failure>,
-    },
-    /// The detached child `detached#<n>` was started, or could not be.
-    ChildDetached {
-        wait_id: String,
-        error: Option<Failure>,
-    },
-    /// Cancel the run: graceful (the handler may clean up) unless `hard`.
-    Cancel {
-        reason: String,
-        hard: bool,
-    },
-}
-
-/// Stop now (host shutdown); the run stays resumable.
-#[derive(Clone, Copy)]
-pub(crate) struct StopRun;
 
 /// An outcome reported by the execution task: a suspension (the execution stays
 /// alive) or its final outcome.

@@ -9,7 +9,7 @@ use reel_storage::{Event, Failure, ParentLink, Payload, RunMeta, RunState};
 
 use super::Core;
 use crate::error::ActorError;
-use crate::run_actor::Delivery;
+use crate::message::{Delivery, is_detached};
 
 /// Host services handed to the replay engine.
 #[derive(Clone)]
@@ -120,12 +120,6 @@ impl Services {
         let core = self.0.upgrade().ok_or(ActorError::Shutdown)?;
         core.signal(run_id, name, signal_id, payload).await
     }
-}
-
-/// Whether a parent link is a detached child's (started with `ctx.start_child`): its
-/// parent does not wait on it and is not told when it ends.
-pub(crate) fn is_detached(wait_id: &str) -> bool {
-    wait_id.starts_with("detached#")
 }
 
 /// A child run to start: waited for, or detached (`detached#<n>` wait ids).

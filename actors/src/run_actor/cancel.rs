@@ -15,9 +15,10 @@ use std::time::Duration;
 use kameo::message::Context;
 use reel_storage::{Event, RunState, TimerEntry};
 
-use super::{Delivery, RunActor};
+use super::RunActor;
 use crate::error::ActorError;
 use crate::journal::{CANCEL_DEADLINE, RUN_DEADLINE};
+use crate::message::Delivery;
 use crate::timers::now_ms;
 
 impl RunActor {

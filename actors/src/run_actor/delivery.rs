@@ -6,8 +6,9 @@
 use kameo::message::Context;
 use reel_storage::Event;
 
-use super::{Delivery, RunActor};
+use super::RunActor;
 use crate::error::ActorError;
+use crate::message::Delivery;
 
 impl RunActor {
     pub(super) async fn deliver(
