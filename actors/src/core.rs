@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 use crate::blocking::blocking;
 use crate::engine::Registry;
 use crate::error::ActorError;
+use crate::host::RunHost;
 use crate::journal::{RUN_DEADLINE, timer_of};
 use crate::message::{Delivery, Resume, StopRun};
 use crate::options::CoreOptions;
@@ -38,9 +39,8 @@ mod parking;
 mod published;
 mod recovery;
 mod routing;
+mod run_host;
 mod waiters;
-
-pub use children::Services;
 
 /// What [`Core::start`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,8 @@ impl std::fmt::Debug for Core {
 /// notifications and `Retire`, and a full mailbox must never make an activation
 /// (which holds the live-run lock) wait on a supervisor.
 fn spawn_supervisor(core: Weak<Core>) -> ActorRef<RunSupervisor> {
-    RunSupervisor::spawn_with_mailbox(core, kameo::mailbox::unbounded())
+    let host: Weak<dyn RunHost> = core;
+    RunSupervisor::spawn_with_mailbox(host, kameo::mailbox::unbounded())
 }
 
 impl Core {

@@ -5,15 +5,15 @@
 use super::*;
 
 impl Core {
-    pub(super) async fn forget(&self, run_id: &str, actor: &ActorRef<RunActor>) {
+    pub(super) async fn forget(&self, run_id: &str, actor: ActorId) {
         let mut live = self.live.lock().await;
-        if live.get(run_id).is_some_and(|a| a.id() == actor.id()) {
+        if live.get(run_id).is_some_and(|a| a.id() == actor) {
             live.remove(run_id);
         }
     }
 
     /// Removes the run's entry if it is still `actor`: called by a passivating actor.
-    pub(crate) async fn retire(&self, run_id: &str, actor: &ActorRef<RunActor>) {
+    pub(crate) async fn retire(&self, run_id: &str, actor: ActorId) {
         self.forget(run_id, actor).await;
     }
 
@@ -34,8 +34,16 @@ impl Core {
         let args_run = run.clone();
         let args_core = core.clone();
         let preload = Mutex::new(preload);
+        let (store, registry, options) = (
+            self.store.clone(),
+            self.registry.clone(),
+            self.options.clone(),
+        );
         let factory = move || RunArgs {
-            core: Arc::downgrade(&args_core),
+            host: Arc::downgrade(&args_core) as Weak<dyn RunHost>,
+            store: store.clone(),
+            registry: registry.clone(),
+            options: options.clone(),
             run_id: args_run.clone(),
             // Only the first start may use it: a restart reloads from disk.
             preload: preload.lock().unwrap_or_else(|p| p.into_inner()).take(),

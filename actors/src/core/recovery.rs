@@ -91,7 +91,7 @@ impl Core {
             // drop one (a dropped timer is a run that never wakes).
             let timers = TimerService::spawn_with_mailbox(
                 TimerArgs {
-                    core: me.clone(),
+                    host: me.clone(),
                     timers,
                 },
                 kameo::mailbox::unbounded(),

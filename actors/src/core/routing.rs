@@ -63,7 +63,7 @@ impl Core {
                 Err(SendError::HandlerError(e)) => return Err(e),
                 Err(e) => last = e.to_string(),
             }
-            self.forget(run_id, &actor).await;
+            self.forget(run_id, actor.id()).await;
             tokio::task::yield_now().await;
         }
         Err(ActorError::Unavailable {
