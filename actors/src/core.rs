@@ -1,8 +1,12 @@
-//! The host core: the live-run map, activation, routing of messages to run actors,
-//! recovery. Activation and routing live in `activation`, parking in `parking`,
-//! result waiters in `waiters`, readers of published values in `published`,
-//! child-run links (waited-for and detached children, signals between runs) in
-//! `children`, the run listing in `listing`.
+//! The host core: the state of one host and its public calls (start, signal,
+//! cancel, reads, shutdown). The rest of `impl Core` is split by job: `recovery`
+//! (opening: what start-up does), `activation` (the live-run map, spawning run
+//! actors under rotating supervisors, what happens when one stops for good),
+//! `routing` (delivering messages to runs, background deliveries of wake-ups),
+//! `parking`, `waiters` (result waiters), `published` (readers of published
+//! values), `children` (child-run links, child cycles), `listing`, and `run_host`
+//! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
+//! it depends on none of them, and nothing below the core names it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

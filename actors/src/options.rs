@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// Tuning of a [`Core`].
+/// Tuning of a [`Core`](crate::Core).
 #[derive(Clone, Debug)]
 pub struct CoreOptions {
     /// How long a suspended run keeps its actor (and decoded log) before it is
