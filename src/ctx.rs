@@ -194,12 +194,19 @@ pub(crate) fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Which run an execution is of: what [`Ctx`] tells the handler about it.
+pub(crate) struct RunIdentity {
+    pub(crate) run_id: Arc<str>,
+    pub(crate) workflow: &'static str,
+    /// How many times the run has continued as new.
+    pub(crate) segment: u32,
+    /// The run that started this one as its child.
+    pub(crate) parent: Option<String>,
+}
+
 impl Ctx {
     pub(crate) fn new(
-        run_id: Arc<str>,
-        workflow: &'static str,
-        segment: u32,
-        parent: Option<String>,
+        run: RunIdentity,
         history: &Arc<Vec<Event>>,
         journal: Option<Journal>,
         services: Option<Services>,
@@ -208,10 +215,10 @@ impl Ctx {
         Ctx {
             shielded: false,
             inner: Arc::new(Inner {
-                run_id,
-                workflow,
-                segment,
-                parent,
+                run_id: run.run_id,
+                workflow: run.workflow,
+                segment: run.segment,
+                parent: run.parent,
                 journal,
                 services,
                 policy,

@@ -35,7 +35,7 @@ use reel_storage::{Event, Failure};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
-use crate::ctx::{Ctx, State, decode, encode};
+use crate::ctx::{Ctx, RunIdentity, State, decode, encode};
 use crate::replay::is_opening;
 use crate::slots::is_result;
 use crate::{Error, Result, Workflow};
@@ -501,11 +501,14 @@ pub(crate) fn execute<W: Workflow>(
     journal: Option<Journal>,
     services: Option<Services>,
 ) -> (Pin<Box<dyn Stream<Item = Outcome> + Send>>, Ctx) {
-    let ctx = Ctx::new(
+    let run = RunIdentity {
         run_id,
-        W::NAME,
+        workflow: W::NAME,
         segment,
         parent,
+    };
+    let ctx = Ctx::new(
+        run,
         &history,
         journal.clone(),
         services,

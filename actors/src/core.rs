@@ -1,8 +1,12 @@
-//! The host core: the live-run map, activation, routing of messages to run actors,
-//! recovery. Activation and routing live in `activation`, parking in `parking`,
-//! result waiters in `waiters`, readers of published values in `published`,
-//! child-run links (waited-for and detached children, signals between runs) in
-//! `children`, the run listing in `listing`.
+//! The host core: the state of one host and its public calls (start, signal,
+//! cancel, reads, shutdown). The rest of `impl Core` is split by job: `recovery`
+//! (opening: what start-up does), `activation` (the live-run map, spawning run
+//! actors under rotating supervisors, what happens when one stops for good),
+//! `routing` (delivering messages to runs, background deliveries of wake-ups),
+//! `parking`, `waiters` (result waiters), `published` (readers of published
+//! values), `children` (child-run links, child cycles), `listing`, and `run_host`
+//! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
+//! it depends on none of them, and nothing below the core names it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,61 +22,29 @@ use reel_storage::{
     Append, CorruptRecord, Event, Failure, LogSize, ParentLink, Payload, RunMeta, RunState,
     StorageError, Store, TimerEntry, check_run_id,
 };
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::Semaphore;
 
+use crate::blocking::blocking;
 use crate::engine::Registry;
 use crate::error::ActorError;
+use crate::host::RunHost;
 use crate::journal::{RUN_DEADLINE, timer_of};
-use crate::run_actor::{Delivery, Resume, RunActor, RunArgs, StopRun};
+use crate::message::{Delivery, Resume, StopRun};
+use crate::options::CoreOptions;
+use crate::run_actor::{RunActor, RunArgs};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
 use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
+use crate::waiters::{PruneOnDrop, Waiters};
 
 mod activation;
 mod children;
 mod listing;
 mod parking;
 mod published;
+mod recovery;
+mod routing;
+mod run_host;
 mod waiters;
-
-use waiters::Waiters;
-
-pub use children::Services;
-pub(crate) use children::is_detached;
-
-/// Tuning of a [`Core`].
-#[derive(Clone, Debug)]
-pub struct CoreOptions {
-    /// How long a suspended run keeps its actor (and decoded log) before it is
-    /// passivated: actor stopped, state left on disk.
-    pub passivate_after: Duration,
-    /// Restarts of a crashing run actor allowed within `restart_window` before the
-    /// run is parked.
-    pub restart_limit: u32,
-    /// See `restart_limit`.
-    pub restart_window: Duration,
-    /// Activations running at once during recovery and timer storms.
-    pub activation_concurrency: usize,
-    /// How long a cancelled run's handler may go on cleaning up before it is
-    /// cancelled hard. Zero cancels at once.
-    pub cancel_grace: Duration,
-    /// A run whose current log segment grows past this many events gets a
-    /// `tracing` warning (once per activation): every wake-up replays the whole
-    /// segment, so a run that loops for ever should continue as new.
-    pub long_log_events: u64,
-}
-
-impl Default for CoreOptions {
-    fn default() -> Self {
-        CoreOptions {
-            passivate_after: Duration::from_secs(10),
-            restart_limit: 3,
-            restart_window: Duration::from_secs(30),
-            activation_concurrency: 256,
-            cancel_grace: Duration::from_secs(30),
-            long_log_events: 10_000,
-        }
-    }
-}
 
 /// What [`Core::start`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,157 +91,11 @@ impl std::fmt::Debug for Core {
 /// notifications and `Retire`, and a full mailbox must never make an activation
 /// (which holds the live-run lock) wait on a supervisor.
 fn spawn_supervisor(core: Weak<Core>) -> ActorRef<RunSupervisor> {
-    RunSupervisor::spawn_with_mailbox(core, kameo::mailbox::unbounded())
-}
-
-/// The runs named by damaged records, each with the first damage found. A record
-/// that names no run is only logged: there is no run to report it on.
-fn corrupt_runs<'a>(records: impl Iterator<Item = &'a CorruptRecord>) -> HashMap<String, Failure> {
-    let mut runs = HashMap::new();
-    for record in records {
-        match (record.failure(), &record.run_id) {
-            (Some(failure), Some(run_id)) => {
-                tracing::error!(%run_id, %record, "reel: run parked: a record of it is corrupt");
-                runs.entry(run_id.clone()).or_insert(failure);
-            }
-            _ => tracing::error!(%record, "reel: corrupt record names no run; skipped"),
-        }
-    }
-    runs
-}
-
-/// Runs `f` on the blocking pool: fjall calls stay off the async workers.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
-) -> Result<T, StorageError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| StorageError::Io(format!("blocking task failed: {e}")))?
+    let host: Weak<dyn RunHost> = core;
+    RunSupervisor::spawn_with_mailbox(host, kameo::mailbox::unbounded())
 }
 
 impl Core {
-    /// Opens a core over `store`: loads the due-time index into the timer service and
-    /// begins recovery of unfinished runs in the background, so it returns
-    /// as soon as the store is readable.
-    ///
-    /// # Errors
-    /// A storage error from the recovery scan.
-    pub async fn open(
-        store: Arc<dyn Store>,
-        registry: Arc<dyn Registry>,
-        options: CoreOptions,
-    ) -> Result<Arc<Core>, ActorError> {
-        let scan = store.clone();
-        let unfinished = blocking(move || scan.unfinished_runs()).await?;
-        let scan = store.clone();
-        let timers = blocking(move || scan.timers()).await?;
-        // A record that does not decode costs its run, not the store: that run is
-        // reported parked (from memory, its records left as found, so the next host
-        // reports it again) and neither resumed nor woken; every other run is.
-        let corrupt = corrupt_runs(unfinished.corrupt.iter().chain(&timers.corrupt));
-        let unfinished: Vec<RunMeta> = unfinished
-            .items
-            .into_iter()
-            .filter(|m| !corrupt.contains_key(&m.run_id))
-            .collect();
-        let timers: Vec<TimerEntry> = timers
-            .items
-            .into_iter()
-            .filter(|t| !corrupt.contains_key(&t.run_id))
-            .collect();
-        // Parked runs get another chance with the code registered now: mark them
-        // running before accepting work, so `result()` waits for the retry instead
-        // of reporting the old parking error.
-        // Likewise a suspended run whose timer came due while no host was running:
-        // it is about to be woken, so it is reported as running.
-        let now = now_ms();
-        let due: std::collections::HashSet<&str> = timers
-            .iter()
-            .take_while(|t| t.fire_at <= now)
-            .map(|t| t.run_id.as_str())
-            .collect();
-        let unparked: Vec<_> = unfinished
-            .iter()
-            .filter(|m| match &m.state {
-                RunState::Parked { .. } => true,
-                RunState::Suspended { .. } => due.contains(m.run_id.as_str()),
-                _ => false,
-            })
-            .map(|m| {
-                store.submit(Append {
-                    run_id: m.run_id.clone(),
-                    meta: Some(RunMeta {
-                        state: RunState::Running,
-                        updated_at: now_ms(),
-                        ..m.clone()
-                    }),
-                    durable: true,
-                    ..Append::default()
-                })
-            })
-            .collect();
-        drop(due);
-        for ticket in unparked {
-            ticket.await?;
-        }
-        let core = Arc::new_cyclic(|me: &Weak<Core>| {
-            // Unbounded: journals hand it timers with `try_send`, which must never
-            // drop one (a dropped timer is a run that never wakes).
-            let timers = TimerService::spawn_with_mailbox(
-                TimerArgs {
-                    core: me.clone(),
-                    timers,
-                },
-                kameo::mailbox::unbounded(),
-            );
-            Core {
-                activations: Semaphore::new(options.activation_concurrency.max(1)),
-                store,
-                registry,
-                options,
-                live: tokio::sync::Mutex::new(HashMap::new()),
-                actor_runs: Mutex::new(HashMap::new()),
-                crash_messages: Mutex::new(HashMap::new()),
-                unrecorded_parks: Mutex::new(corrupt),
-                supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
-                retired_supervisors: Mutex::new(Vec::new()),
-                timers,
-                waiters: Waiters::default(),
-                publish_waiters: Waiters::default(),
-                child_subscribers: Mutex::new(HashMap::new()),
-                closing: AtomicBool::new(false),
-                me: me.clone(),
-            }
-        });
-        let to_resume: Vec<String> = unfinished
-            .into_iter()
-            .filter(|m| match &m.state {
-                RunState::Running | RunState::Parked { .. } => true,
-                RunState::Suspended { awaits_child, .. } => *awaits_child,
-                _ => false,
-            })
-            .map(|m| m.run_id)
-            .collect();
-        tracing::info!(resuming = to_resume.len(), "reel: recovery started");
-        // A bare task: it only sends messages, and stops at the first refusal once
-        // the host is closing.
-        let weak = Arc::downgrade(&core);
-        tokio::spawn(async move {
-            futures::stream::iter(to_resume)
-                .for_each_concurrent(64, |run_id| {
-                    let weak = weak.clone();
-                    async move {
-                        let Some(core) = weak.upgrade() else { return };
-                        if let Err(e) = core.deliver(&run_id, Resume).await {
-                            tracing::warn!(run_id, error = %e, "reel: recovery could not resume run");
-                        }
-                    }
-                })
-                .await;
-        });
-        Ok(core)
-    }
-
     fn check_open(&self) -> Result<(), ActorError> {
         if self.closing.load(Ordering::Acquire) {
             Err(ActorError::Shutdown)
@@ -551,11 +377,6 @@ impl Core {
     /// Forgets timers removed from the index, so they never wake their run.
     pub(crate) fn unschedule_timers(&self, timers: Vec<TimerEntry>) {
         let _ = self.timers.tell(RemoveTimers(timers)).try_send();
-    }
-
-    pub(crate) fn fire_timer(&self, timer: TimerEntry) {
-        let run_id = timer.run_id.clone();
-        self.spawn_delivery(run_id, Delivery::Timer(timer));
     }
 
     /// A run finished: wake result waiters and deliver the result to parents.

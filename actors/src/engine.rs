@@ -12,8 +12,8 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use reel_storage::{Event, Failure, Payload};
 
-use crate::core::Services;
 use crate::journal::Journal;
+use crate::services::Services;
 
 /// How one execution of a handler ended.
 #[derive(Debug)]

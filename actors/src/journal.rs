@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 
 use reel_storage::{Append, Event, RunMeta, StorageError, Store, Ticket, TimerEntry};
 
-use crate::core::Core;
+use crate::host::RunHost;
 
 /// Appends to one run's log. Cloned into the replay engine; the run actor holds the
 /// original. Sequence numbers are assigned synchronously at submit time, so the log
@@ -27,7 +27,7 @@ struct Shared {
     /// journal counts positions within the segment, the store sequence numbers.
     base: u64,
     store: Arc<dyn Store>,
-    core: Weak<Core>,
+    host: Weak<dyn RunHost>,
     state: Mutex<State>,
 }
 
@@ -137,8 +137,8 @@ impl Future for Landing {
             this.journal.mark_durable(end, this.wake);
         }
         if result.is_ok() && std::mem::take(&mut this.publishes) {
-            if let Some(core) = this.journal.0.core.upgrade() {
-                core.notify_published(&this.journal.0.run_id);
+            if let Some(host) = this.journal.0.host.upgrade() {
+                host.notify_published(&this.journal.0.run_id);
             }
         }
         Poll::Ready(result)
@@ -149,7 +149,7 @@ impl Journal {
     pub(crate) fn new(
         run_id: Arc<str>,
         store: Arc<dyn Store>,
-        core: Weak<Core>,
+        host: Weak<dyn RunHost>,
         history: Vec<Event>,
         base: u64,
     ) -> Journal {
@@ -158,7 +158,7 @@ impl Journal {
             run_id,
             base,
             store,
-            core,
+            host,
             state: Mutex::new(State {
                 next_seq: len,
                 history: Arc::new(history),
@@ -270,12 +270,12 @@ impl Journal {
                 remove_timers,
                 durable,
             });
-            if let Some(core) = self.0.core.upgrade() {
+            if let Some(host) = self.0.host.upgrade() {
                 if !add_timers.is_empty() {
-                    core.schedule_timers(add_timers);
+                    host.schedule_timers(add_timers);
                 }
                 if !removed.is_empty() {
-                    core.unschedule_timers(removed);
+                    host.unschedule_timers(removed);
                 }
             }
             (ticket, durable.then_some(end))

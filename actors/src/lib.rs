@@ -1,6 +1,6 @@
 //! reel-actors: the live side of reel.
 //!
-//! One kameo actor per live run ([`RunActor`](run_actor)) owns the run's log segment,
+//! One kameo actor per live run (`RunActor`, in `run_actor`) owns the run's log segment,
 //! drives its handler through the replay engine on every wake-up, and passivates
 //! when the run only waits. Run actors are supervised with kameo's supervision
 //! (transient restart policy, restart limit): a crashing run is restarted from disk,
@@ -12,30 +12,47 @@
 //! workflow name and version) and [`Registry`], and this crate calls them.
 //!
 //! # Layout
+//! The modules form no import circle. From the bottom up (each uses only modules
+//! listed before it):
+//! - leaves: `error` ([`ActorError`]), `options` ([`CoreOptions`]), `message` (what
+//!   a run actor receives: `Resume`, `Delivery`, `StopRun`), `waiters` (callers
+//!   waiting on runs), `blocking` (storage calls off the async workers).
+//! - `host`: `RunHost`, the narrow interface that everything below the core holds
+//!   (weakly) instead of the [`Core`]; the core implements it.
+//! - `journal`: [`Journal`], a run's append handle (sequence numbers, timer index).
+//! - `services`: [`Services`], what a handler asks of its host (child runs, signals).
+//! - `timers`: the timer service actor. `supervisor`: rotating kameo supervisors
+//!   that park crash-looping runs.
 //! - `engine`: the seam to the replay engine: [`Engine`], [`Registry`],
 //!   [`Execution`], [`Outcome`].
-//! - `journal`: [`Journal`], a run's append handle (sequence numbers, timer index).
-//! - `core`: [`Core`], the live-run map, routing, recovery, parking, waiters,
-//!   listing; `core::children`: child-run links ([`Services`]: waited-for and
-//!   detached children, signals sent by handlers) and child-cycle checks.
 //! - `run_actor`: the per-run actor; `run_actor::delivery` appends what wakes a
 //!   run, `run_actor::cancel` carries out cancel requests and the host's deadlines
 //!   (graceful, then hard after the grace).
-//! - `supervisor`: rotating kameo supervisors that park crash-looping runs.
-//! - `timers`: the timer service actor.
-//! - `error`: [`ActorError`].
+//! - `core`: [`Core`] at the top: `core::recovery` (start-up), `core::activation`
+//!   (live-run map, supervisors), `core::routing` (deliveries, wake-ups),
+//!   `core::parking`, `core::waiters`, `core::published`, `core::children`
+//!   (child-run links, child cycles), `core::listing`, `core::run_host` (the core
+//!   as `RunHost`).
 
+mod blocking;
 mod core;
 mod engine;
 mod error;
+mod host;
 mod journal;
+mod message;
+mod options;
 mod run_actor;
+mod services;
 mod supervisor;
 mod timers;
+mod waiters;
 
-pub use crate::core::{Core, CoreOptions, Services, Started};
+pub use crate::core::{Core, Started};
 pub use engine::{Engine, Execution, Outcome, Registry};
 pub use error::ActorError;
 pub use journal::{Journal, Landing, retry_timer_id};
+pub use options::CoreOptions;
 pub use run_actor::panic_message;
+pub use services::Services;
 pub use timers::now_ms;

@@ -17,22 +17,31 @@ use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
 use kameo::error::ActorStopReason;
 use kameo::message::{Context, Message};
-use reel_storage::{Event, Failure, Payload, RunMeta, RunState, TimerEntry};
+use reel_storage::{Event, Failure, RunMeta, RunState, Store, TimerEntry};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
-use crate::core::{Core, Services, blocking, is_detached};
-use crate::engine::{Engine, Execution, Outcome};
+use crate::blocking::blocking;
+use crate::engine::{Engine, Execution, Outcome, Registry};
 use crate::error::ActorError;
+use crate::host::RunHost;
 use crate::journal::{Journal, pending_timers};
+use crate::message::{Delivery, Resume, StopRun, is_detached};
+use crate::options::CoreOptions;
+use crate::services::Services;
 use crate::timers::now_ms;
 
 mod cancel;
 mod delivery;
 mod segment;
 
+/// What a run actor starts from: its host (held through the narrow [`RunHost`]), the
+/// store and registry, and the run.
 pub(crate) struct RunArgs {
-    pub(crate) core: Weak<Core>,
+    pub(crate) host: Weak<dyn RunHost>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) registry: Arc<dyn Registry>,
+    pub(crate) options: CoreOptions,
     pub(crate) run_id: Arc<str>,
     pub(crate) resume: bool,
     /// The run as just created: spares the first start a read of what was written.
@@ -40,7 +49,10 @@ pub(crate) struct RunArgs {
 }
 
 pub(crate) struct RunActor {
-    core: Arc<Core>,
+    host: Arc<dyn RunHost>,
+    store: Arc<dyn Store>,
+    registry: Arc<dyn Registry>,
+    options: CoreOptions,
     run_id: Arc<str>,
     meta: RunMeta,
     journal: Journal,
@@ -55,44 +67,6 @@ pub(crate) struct RunActor {
     /// The segment's length has been warned about (`CoreOptions::long_log_events`).
     log_warned: bool,
 }
-
-/// Run the handler now (start, recovery, restart). Also resumes a parked run.
-#[derive(Clone, Copy)]
-pub(crate) struct Resume;
-
-/// Something that wakes a run.
-#[derive(Clone, Debug)]
-pub(crate) enum Delivery {
-    Signal {
-        name: String,
-        signal_id: String,
-        payload: Payload,
-    },
-    Timer(TimerEntry),
-    /// A waited-for child ended. `child` is its run id: news of a child called in
-    /// an earlier segment of a run that continued as new finds no matching
-    /// `ChildStarted` and is dropped.
-    ChildDone {
-        wait_id: String,
-        child: String,
-        result: Result<Payload, Failure>,
-    },
-    /// The detached child `detached#<n>` was started, or could not be.
-    ChildDetached {
-        wait_id: String,
-        child: String,
-        error: Option<Failure>,
-    },
-    /// Cancel the run: graceful (the handler may clean up) unless `hard`.
-    Cancel {
-        reason: String,
-        hard: bool,
-    },
-}
-
-/// Stop now (host shutdown); the run stays resumable.
-#[derive(Clone, Copy)]
-pub(crate) struct StopRun;
 
 /// An outcome reported by the execution task: a suspension (the execution stays
 /// alive) or its final outcome.
@@ -116,11 +90,11 @@ impl Actor for RunActor {
     type Error = ActorError;
 
     async fn on_start(args: RunArgs, me: ActorRef<Self>) -> Result<Self, ActorError> {
-        let core = args.core.upgrade().ok_or(ActorError::Shutdown)?;
+        let host = args.host.upgrade().ok_or(ActorError::Shutdown)?;
         let (meta, log) = match args.preload {
             Some((meta, log)) => (Some(meta), Ok(log)),
             None => {
-                let store = core.store.clone();
+                let store = args.store.clone();
                 let id = args.run_id.clone();
                 blocking(move || {
                     let meta = store.get_run(&id)?;
@@ -141,19 +115,19 @@ impl Actor for RunActor {
         };
         if let Some(reason) = &broken {
             tracing::error!(run_id = %args.run_id, %reason, "reel: run log unreadable; parked");
-            core.park_unreadable_log(&args.run_id, reason).await?;
+            host.park_unreadable_log(&args.run_id, reason).await?;
         }
         if meta.state.is_finished() {
             // The run's last append landed but its writer never heard so (a lost
             // answer, a crash right after): its result waiters and parent may still
             // be waiting. Telling them again is harmless.
-            core.run_finished(&meta);
+            host.run_finished(&meta);
         }
-        let engine = core.registry.lookup(&meta.workflow, meta.version);
+        let engine = args.registry.lookup(&meta.workflow, meta.version);
         let journal = Journal::new(
             args.run_id.clone(),
-            core.store.clone(),
-            Arc::downgrade(&core),
+            args.store.clone(),
+            Arc::downgrade(&host),
             log,
             meta.segment_start,
         );
@@ -161,7 +135,10 @@ impl Actor for RunActor {
             let _ = me.tell(Resume).try_send();
         }
         Ok(RunActor {
-            core,
+            host,
+            store: args.store,
+            registry: args.registry,
+            options: args.options,
             run_id: args.run_id,
             meta,
             journal,
@@ -249,7 +226,7 @@ impl RunActor {
             run_id: self.run_id.clone(),
             history: self.journal.snapshot(),
             journal: self.journal.clone(),
-            services: Services(Arc::downgrade(&self.core)),
+            services: Services(Arc::downgrade(&self.host)),
             parent: self.meta.parent.as_ref().map(|p| p.run_id.clone()),
             segment: self.meta.segment,
         };
@@ -297,7 +274,7 @@ impl RunActor {
 
     async fn park(&mut self, failure: Failure) {
         if matches!(&self.meta.state, RunState::Parked { error } if *error == failure) {
-            self.core.notify_changed(&self.run_id, Some(&self.meta));
+            self.host.notify_changed(&self.run_id, Some(&self.meta));
             return;
         }
         tracing::warn!(run_id = %self.run_id, error = %failure, "reel: run parked");
@@ -311,12 +288,12 @@ impl RunActor {
         {
             Ok(()) => {
                 self.meta = meta;
-                self.core.notify_changed(&self.run_id, Some(&self.meta));
+                self.host.notify_changed(&self.run_id, Some(&self.meta));
             }
             Err(e) => {
                 tracing::error!(run_id = %self.run_id, error = %e, "reel: could not park run");
-                self.core.record_unwritten_park(&self.run_id, failure);
-                self.core.notify_changed(&self.run_id, None);
+                self.host.record_unwritten_park(&self.run_id, failure);
+                self.host.notify_changed(&self.run_id, None);
             }
         }
     }
@@ -358,14 +335,14 @@ impl RunActor {
             .append_final(events, meta.clone(), timers)
             .await?;
         self.meta = meta;
-        self.core.run_finished(&self.meta);
+        self.host.run_finished(&self.meta);
         self.retire(ctx).await;
         Ok(())
     }
 
     async fn retire(&mut self, ctx: &mut Context<Self, impl kameo::reply::Reply>) {
         self.abort_execution();
-        self.core.retire(&self.run_id, ctx.actor_ref()).await;
+        self.host.retire(&self.run_id, ctx.actor_ref().id()).await;
         self.retired = true;
         ctx.stop();
     }
@@ -379,7 +356,7 @@ impl RunActor {
         }
         self.idle_generation += 1;
         let idle = self.idle_generation;
-        let after = self.core.options.passivate_after;
+        let after = self.options.passivate_after;
         let me = me.clone();
         // A bare timer task: it only sends one message, which a stopped or busy
         // actor ignores (the generation no longer matches).
@@ -393,7 +370,7 @@ impl RunActor {
     /// `CoreOptions::long_log_events`: every wake-up replays all of it.
     fn warn_if_long(&mut self) {
         let events = self.journal.len();
-        if self.log_warned || events <= self.core.options.long_log_events {
+        if self.log_warned || events <= self.options.long_log_events {
             return;
         }
         self.log_warned = true;
@@ -550,7 +527,7 @@ impl Message<ExecReport> for RunActor {
                     if let Err(e) = written {
                         tracing::warn!(run_id = %self.run_id, error = %e, "reel: could not record suspension");
                     }
-                    self.core.notify_changed(&self.run_id, Some(&self.meta));
+                    self.host.notify_changed(&self.run_id, Some(&self.meta));
                 }
                 self.settle(&me);
                 Ok(())
@@ -561,14 +538,14 @@ impl Message<ExecReport> for RunActor {
                 Ok(())
             }
             Outcome::Crashed(message) => {
-                self.core.record_crash(&self.run_id, message.clone());
+                self.host.record_crash(&self.run_id, message.clone());
                 panic!("reel: run `{}` crashed: {message}", self.run_id);
             }
         };
         if let Err(e) = result {
             // The final write failed (disk full?): crash so the supervisor restarts the
             // run from what is on disk, and parks it if this keeps happening.
-            self.core.record_crash(&self.run_id, e.to_string());
+            self.host.record_crash(&self.run_id, e.to_string());
             panic!("reel: run `{}` could not record its end: {e}", self.run_id);
         }
     }

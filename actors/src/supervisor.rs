@@ -18,13 +18,13 @@ use kameo::error::{ActorStopReason, Infallible};
 use kameo::message::{Context, Message};
 use kameo::supervision::SupervisionStrategy;
 
-use crate::core::Core;
+use crate::host::RunHost;
 
 /// Children a supervisor takes before it is retired.
 pub(crate) const CHILDREN_PER_SUPERVISOR: usize = 1024;
 
 pub(crate) struct RunSupervisor {
-    core: Weak<Core>,
+    host: Weak<dyn RunHost>,
     stopped_children: usize,
     retired_after: Option<usize>,
 }
@@ -33,16 +33,16 @@ pub(crate) struct RunSupervisor {
 pub(crate) struct Retire(pub(crate) usize);
 
 impl Actor for RunSupervisor {
-    type Args = Weak<Core>;
+    type Args = Weak<dyn RunHost>;
     type Error = Infallible;
 
     fn supervision_strategy() -> SupervisionStrategy {
         SupervisionStrategy::OneForOne
     }
 
-    async fn on_start(core: Weak<Core>, _: ActorRef<Self>) -> Result<Self, Infallible> {
+    async fn on_start(host: Weak<dyn RunHost>, _: ActorRef<Self>) -> Result<Self, Infallible> {
         Ok(RunSupervisor {
-            core,
+            host,
             stopped_children: 0,
             retired_after: None,
         })
@@ -57,8 +57,8 @@ impl Actor for RunSupervisor {
         // Reached only when kameo does not restart the child: a normal stop, or a
         // crash past the restart limit.
         self.stopped_children += 1;
-        if let Some(core) = self.core.upgrade() {
-            core.run_actor_stopped(id, reason);
+        if let Some(host) = self.host.upgrade() {
+            host.run_actor_stopped(id, reason);
         }
         Ok(self.flow())
     }

@@ -16,7 +16,7 @@ use kameo::message::{Context, Message};
 use reel_storage::TimerEntry;
 use tokio::task::JoinHandle;
 
-use crate::core::Core;
+use crate::host::RunHost;
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
@@ -30,13 +30,13 @@ pub fn now_ms() -> u64 {
 const MAX_ARM_MS: u64 = 24 * 60 * 60 * 1000;
 
 pub(crate) struct TimerArgs {
-    pub(crate) core: Weak<Core>,
+    pub(crate) host: Weak<dyn RunHost>,
     /// The due-time index as read by recovery (read once, used twice).
     pub(crate) timers: Vec<TimerEntry>,
 }
 
 pub(crate) struct TimerService {
-    core: Weak<Core>,
+    host: Weak<dyn RunHost>,
     /// Pending timers in due-time order (a set, so removal is cheap).
     pending: BTreeSet<TimerEntry>,
     armed: Option<(u64, JoinHandle<()>)>,
@@ -53,7 +53,7 @@ impl Actor for TimerService {
     async fn on_start(args: TimerArgs, me: ActorRef<Self>) -> Result<Self, Infallible> {
         tracing::debug!(count = args.timers.len(), "reel: timer index loaded");
         let mut service = TimerService {
-            core: args.core,
+            host: args.host,
             pending: args.timers.into_iter().collect(),
             armed: None,
         };
@@ -124,7 +124,7 @@ impl Message<Tick> for TimerService {
         self.armed = None;
         // The service starts while the core is still being built: a timer already
         // due at start-up must wait for it, not be popped and lost.
-        let Some(core) = self.core.upgrade() else {
+        let Some(host) = self.host.upgrade() else {
             let me = ctx.actor_ref().clone();
             self.armed = Some((
                 0,
@@ -143,7 +143,7 @@ impl Message<Tick> for TimerService {
             }
         }
         for t in due {
-            core.fire_timer(t);
+            host.fire_timer(t);
         }
         self.arm(ctx.actor_ref());
     }

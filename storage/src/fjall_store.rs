@@ -311,8 +311,8 @@ impl LogReader for FjallStore {
     fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>> {
         let ks = self.keyspaces()?;
         let mut events = Vec::new();
-        let mut next = from;
-        for guard in ks.log.range(log_key(run_id, from)..log_end(run_id)) {
+        let records = ks.log.range(log_key(run_id, from)..log_end(run_id));
+        for (next, guard) in (from..).zip(records) {
             let (key, value) = guard.into_inner()?;
             let seq = seq_of(run_id, &key)?;
             if seq != next {
@@ -323,7 +323,6 @@ impl LogReader for FjallStore {
                 });
             }
             events.push(Event::decode(&value, run_id, seq)?);
-            next += 1;
         }
         Ok(events)
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use reel_storage::{Append, Event, FjallStore, LogReader, LogWriter, MemStore, Payload, Store};
+use reel_storage::{Append, Event, FjallStore, MemStore, Payload, Store};
 
 fn step(i: u64) -> Event {
     Event::StepCompleted {

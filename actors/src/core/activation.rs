@@ -5,82 +5,15 @@
 use super::*;
 
 impl Core {
-    /// Delivers in the background, bounded by the activation semaphore. A bare task:
-    /// it ends after one delivery; once the host is closing, delivery is refused.
-    pub(crate) fn spawn_delivery(&self, run_id: String, delivery: Delivery) {
-        let Some(core) = self.me.upgrade() else {
-            return;
-        };
-        tokio::spawn(async move {
-            // A timer or child result must not be lost to a passing failure: retry
-            // with backoff. (After a restart the index delivers timers again anyway.)
-            for attempt in 0..6u32 {
-                let outcome = {
-                    let Ok(_permit) = core.activations.acquire().await else {
-                        return;
-                    };
-                    core.deliver(&run_id, delivery.clone()).await
-                };
-                match outcome {
-                    Ok(()) | Err(ActorError::Shutdown | ActorError::RunFinished(_)) => return,
-                    Err(e) => {
-                        tracing::warn!(run_id, attempt, error = %e, "reel: background delivery failed");
-                        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-                    }
-                }
-            }
-        });
-    }
-
-    /// Sends `msg` to the run's actor, activating it if it is passivated, and retrying
-    /// when the actor stopped (passivated or restarted) while the message was queued.
-    pub(crate) async fn deliver<M>(&self, run_id: &str, msg: M) -> Result<(), ActorError>
-    where
-        M: Clone + Send + 'static,
-        RunActor: Message<M, Reply = Result<(), ActorError>>,
-    {
-        self.deliver_with(run_id, msg, None).await
-    }
-
-    /// [`Core::deliver`], handing a newly spawned actor the run's state if known.
-    pub(super) async fn deliver_with<M>(
-        &self,
-        run_id: &str,
-        msg: M,
-        mut preload: Option<(RunMeta, Vec<Event>)>,
-    ) -> Result<(), ActorError>
-    where
-        M: Clone + Send + 'static,
-        RunActor: Message<M, Reply = Result<(), ActorError>>,
-    {
-        let mut last = String::new();
-        for _ in 0..16 {
-            self.check_open()?;
-            let actor = self.actor_for(run_id, preload.take()).await?;
-            match actor.ask(msg.clone()).await {
-                Ok(()) => return Ok(()),
-                Err(SendError::HandlerError(ActorError::Retired)) => {}
-                Err(SendError::HandlerError(e)) => return Err(e),
-                Err(e) => last = e.to_string(),
-            }
-            self.forget(run_id, &actor).await;
-            tokio::task::yield_now().await;
-        }
-        Err(ActorError::Unavailable {
-            run_id: run_id.to_owned(),
-            reason: last,
-        })
-    }
-
-    pub(super) async fn forget(&self, run_id: &str, actor: &ActorRef<RunActor>) {
+    pub(super) async fn forget(&self, run_id: &str, actor: ActorId) {
         let mut live = self.live.lock().await;
-        if live.get(run_id).is_some_and(|a| a.id() == actor.id()) {
+        if live.get(run_id).is_some_and(|a| a.id() == actor) {
             live.remove(run_id);
         }
     }
 
     /// Removes the run's entry if it is still `actor`: called by a passivating actor.
-    pub(crate) async fn retire(&self, run_id: &str, actor: &ActorRef<RunActor>) {
+    pub(crate) async fn retire(&self, run_id: &str, actor: ActorId) {
         self.forget(run_id, actor).await;
     }
 
@@ -101,8 +34,16 @@ impl Core {
         let args_run = run.clone();
         let args_core = core.clone();
         let preload = Mutex::new(preload);
+        let (store, registry, options) = (
+            self.store.clone(),
+            self.registry.clone(),
+            self.options.clone(),
+        );
         let factory = move || RunArgs {
-            core: Arc::downgrade(&args_core),
+            host: Arc::downgrade(&args_core) as Weak<dyn RunHost>,
+            store: store.clone(),
+            registry: registry.clone(),
+            options: options.clone(),
             run_id: args_run.clone(),
             // Only the first start may use it: a restart reloads from disk.
             preload: preload.lock().unwrap_or_else(|p| p.into_inner()).take(),

@@ -2,31 +2,21 @@
 //! and refusing a child call that would close a cycle of waiting runs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use reel_storage::{Event, Failure, ParentLink, Payload, RunMeta, RunState};
 
 use super::Core;
 use crate::error::ActorError;
-use crate::run_actor::Delivery;
+use crate::message::{Delivery, is_detached};
 
-/// Host services handed to the replay engine.
-#[derive(Clone)]
-pub struct Services(pub(crate) Weak<Core>);
-
-impl Services {
-    /// The host core, while it is open.
-    pub fn core(&self) -> Option<Arc<Core>> {
-        self.0.upgrade().filter(|c| !c.is_closing())
-    }
-
+impl Core {
     /// Starts the child run (idempotent on its id) and arranges for its result to be
     /// delivered to `parent`'s wait `wait_id`, also when it has already finished.
     /// A child that cannot be started for good (workflow not registered, id taken by
     /// another workflow, invalid id) is delivered as a failed child; a passing failure
     /// (I/O, an actor restarting) is retried in the background while the parent waits.
-    pub async fn ensure_child(
+    pub(crate) async fn ensure_child(
         &self,
         parent: &str,
         wait_id: &str,
@@ -35,7 +25,9 @@ impl Services {
         child_run_id: &str,
         input: Payload,
     ) {
-        let Some(core) = self.0.upgrade() else { return };
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
         let child = ChildStart {
             link: ParentLink {
                 run_id: parent.to_owned(),
@@ -83,7 +75,7 @@ impl Services {
     /// it and is not told when it ends, only whether it could be started, which is
     /// delivered to the parent's wait `wait_id` (`detached#<n>`). A passing failure is
     /// retried in the background, as for a waited-for child.
-    pub async fn start_detached(
+    pub(crate) async fn start_detached(
         &self,
         parent: &str,
         wait_id: &str,
@@ -92,7 +84,9 @@ impl Services {
         child_run_id: &str,
         input: Payload,
     ) {
-        let Some(core) = self.0.upgrade() else { return };
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
         let child = ChildStart {
             link: ParentLink {
                 run_id: parent.to_owned(),
@@ -105,27 +99,6 @@ impl Services {
         };
         core.start_or_retry(child).await;
     }
-
-    /// Delivers a signal to another run, as [`Core::signal`] does.
-    ///
-    /// # Errors
-    /// As [`Core::signal`]; [`ActorError::Shutdown`] once the host has closed.
-    pub async fn signal(
-        &self,
-        run_id: &str,
-        name: &str,
-        signal_id: &str,
-        payload: Payload,
-    ) -> Result<(), ActorError> {
-        let core = self.0.upgrade().ok_or(ActorError::Shutdown)?;
-        core.signal(run_id, name, signal_id, payload).await
-    }
-}
-
-/// Whether a parent link is a detached child's (started with `ctx.start_child`): its
-/// parent does not wait on it and is not told when it ends.
-pub(crate) fn is_detached(wait_id: &str) -> bool {
-    wait_id.starts_with("detached#")
 }
 
 /// A child run to start: waited for, or detached (`detached#<n>` wait ids).

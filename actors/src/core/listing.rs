@@ -3,7 +3,8 @@
 
 use reel_storage::{Event, Failure, RunMeta, RunState, Store};
 
-use super::{Core, blocking};
+use super::Core;
+use crate::blocking::blocking;
 use crate::error::ActorError;
 
 /// What `runs()` lists for a run whose metadata record is damaged: parked with the

@@ -4,7 +4,6 @@
 //! it) or when the run ends or is parked, so no value can slip past it and nobody
 //! polls.
 
-use super::waiters::PruneOnDrop;
 use super::*;
 
 /// The latest value published under `key` in `log`.

@@ -15,9 +15,10 @@ use std::time::Duration;
 use kameo::message::Context;
 use reel_storage::{Event, RunState, TimerEntry};
 
-use super::{Delivery, RunActor};
+use super::RunActor;
 use crate::error::ActorError;
 use crate::journal::{CANCEL_DEADLINE, RUN_DEADLINE};
+use crate::message::Delivery;
 use crate::timers::now_ms;
 
 impl RunActor {
@@ -35,7 +36,7 @@ impl RunActor {
             return Err(ActorError::RunFinished(self.run_id.to_string()));
         }
         let runnable = self.engine.is_ok() && !matches!(self.meta.state, RunState::Parked { .. });
-        if hard || !runnable || self.core.options.cancel_grace.is_zero() {
+        if hard || !runnable || self.options.cancel_grace.is_zero() {
             return self.cancel_hard(reason, ctx).await;
         }
         if self.cancel_requested().is_some() {
@@ -67,7 +68,7 @@ impl RunActor {
         remove: Vec<TimerEntry>,
         ctx: &mut Context<Self, Result<(), ActorError>>,
     ) -> Result<(), ActorError> {
-        let grace = self.core.options.cancel_grace;
+        let grace = self.options.cancel_grace;
         let fire_at = now_ms().saturating_add(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX));
         events.push(Event::CancelRequested {
             reason: reason.clone(),
@@ -117,7 +118,7 @@ impl RunActor {
     /// Asks each of `children` to cancel, with `reason`.
     pub(super) fn cancel_children(&self, children: Vec<String>, reason: &str, hard: bool) {
         for child in children {
-            self.core.spawn_delivery(
+            self.host.spawn_delivery(
                 child,
                 Delivery::Cancel {
                     reason: reason.to_owned(),

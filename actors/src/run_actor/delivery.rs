@@ -6,9 +6,10 @@
 use kameo::message::Context;
 use reel_storage::Event;
 
-use super::{Delivery, RunActor};
+use super::RunActor;
 use crate::error::ActorError;
 use crate::journal::timer_of;
+use crate::message::Delivery;
 
 impl RunActor {
     pub(super) async fn deliver(

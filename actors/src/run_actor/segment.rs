@@ -47,7 +47,7 @@ impl RunActor {
         seen: u64,
         ctx: &mut Context<Self, ()>,
     ) -> Result<(), ActorError> {
-        let engine = match self.core.registry.lookup(&self.meta.workflow, version) {
+        let engine = match self.registry.lookup(&self.meta.workflow, version) {
             Ok(engine) => engine,
             Err(failure) => {
                 // The log is left as it is: a host that registers the version
@@ -93,14 +93,14 @@ impl RunActor {
         events.remove(0);
         self.journal = Journal::new(
             self.run_id.clone(),
-            self.core.store.clone(),
-            Arc::downgrade(&self.core),
+            self.store.clone(),
+            Arc::downgrade(&self.host),
             events,
             start,
         );
         self.log_warned = false;
         self.cancel_children(children, "parent continued as new", false);
-        self.core.notify_changed(&self.run_id, Some(&self.meta));
+        self.host.notify_changed(&self.run_id, Some(&self.meta));
         let me = ctx.actor_ref().clone();
         self.begin(&me, false).await;
         self.settle(&me);

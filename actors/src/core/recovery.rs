@@ -1,0 +1,146 @@
+//! Recovery: what opening a core does at start-up. Damaged records park their runs
+//! (in memory); parked runs and runs whose timer came due while no host ran are
+//! marked running; the timer service gets the due-time index; unfinished runs are
+//! resumed in the background.
+
+use super::*;
+
+/// The runs named by damaged records, each with the first damage found. A record
+/// that names no run is only logged: there is no run to report it on.
+fn corrupt_runs<'a>(records: impl Iterator<Item = &'a CorruptRecord>) -> HashMap<String, Failure> {
+    let mut runs = HashMap::new();
+    for record in records {
+        match (record.failure(), &record.run_id) {
+            (Some(failure), Some(run_id)) => {
+                tracing::error!(%run_id, %record, "reel: run parked: a record of it is corrupt");
+                runs.entry(run_id.clone()).or_insert(failure);
+            }
+            _ => tracing::error!(%record, "reel: corrupt record names no run; skipped"),
+        }
+    }
+    runs
+}
+
+impl Core {
+    /// Opens a core over `store`: loads the due-time index into the timer service and
+    /// begins recovery of unfinished runs in the background, so it returns
+    /// as soon as the store is readable.
+    ///
+    /// # Errors
+    /// A storage error from the recovery scan.
+    pub async fn open(
+        store: Arc<dyn Store>,
+        registry: Arc<dyn Registry>,
+        options: CoreOptions,
+    ) -> Result<Arc<Core>, ActorError> {
+        let scan = store.clone();
+        let unfinished = blocking(move || scan.unfinished_runs()).await?;
+        let scan = store.clone();
+        let timers = blocking(move || scan.timers()).await?;
+        // A record that does not decode costs its run, not the store: that run is
+        // reported parked (from memory, its records left as found, so the next host
+        // reports it again) and neither resumed nor woken; every other run is.
+        let corrupt = corrupt_runs(unfinished.corrupt.iter().chain(&timers.corrupt));
+        let unfinished: Vec<RunMeta> = unfinished
+            .items
+            .into_iter()
+            .filter(|m| !corrupt.contains_key(&m.run_id))
+            .collect();
+        let timers: Vec<TimerEntry> = timers
+            .items
+            .into_iter()
+            .filter(|t| !corrupt.contains_key(&t.run_id))
+            .collect();
+        // Parked runs get another chance with the code registered now: mark them
+        // running before accepting work, so `result()` waits for the retry instead
+        // of reporting the old parking error.
+        // Likewise a suspended run whose timer came due while no host was running:
+        // it is about to be woken, so it is reported as running.
+        let now = now_ms();
+        let due: std::collections::HashSet<&str> = timers
+            .iter()
+            .take_while(|t| t.fire_at <= now)
+            .map(|t| t.run_id.as_str())
+            .collect();
+        let unparked: Vec<_> = unfinished
+            .iter()
+            .filter(|m| match &m.state {
+                RunState::Parked { .. } => true,
+                RunState::Suspended { .. } => due.contains(m.run_id.as_str()),
+                _ => false,
+            })
+            .map(|m| {
+                store.submit(Append {
+                    run_id: m.run_id.clone(),
+                    meta: Some(RunMeta {
+                        state: RunState::Running,
+                        updated_at: now_ms(),
+                        ..m.clone()
+                    }),
+                    durable: true,
+                    ..Append::default()
+                })
+            })
+            .collect();
+        drop(due);
+        for ticket in unparked {
+            ticket.await?;
+        }
+        let core = Arc::new_cyclic(|me: &Weak<Core>| {
+            // Unbounded: journals hand it timers with `try_send`, which must never
+            // drop one (a dropped timer is a run that never wakes).
+            let timers = TimerService::spawn_with_mailbox(
+                TimerArgs {
+                    host: me.clone(),
+                    timers,
+                },
+                kameo::mailbox::unbounded(),
+            );
+            Core {
+                activations: Semaphore::new(options.activation_concurrency.max(1)),
+                store,
+                registry,
+                options,
+                live: tokio::sync::Mutex::new(HashMap::new()),
+                actor_runs: Mutex::new(HashMap::new()),
+                crash_messages: Mutex::new(HashMap::new()),
+                unrecorded_parks: Mutex::new(corrupt),
+                supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
+                retired_supervisors: Mutex::new(Vec::new()),
+                timers,
+                waiters: Waiters::default(),
+                publish_waiters: Waiters::default(),
+                child_subscribers: Mutex::new(HashMap::new()),
+                closing: AtomicBool::new(false),
+                me: me.clone(),
+            }
+        });
+        let to_resume: Vec<String> = unfinished
+            .into_iter()
+            .filter(|m| match &m.state {
+                RunState::Running | RunState::Parked { .. } => true,
+                RunState::Suspended { awaits_child, .. } => *awaits_child,
+                _ => false,
+            })
+            .map(|m| m.run_id)
+            .collect();
+        tracing::info!(resuming = to_resume.len(), "reel: recovery started");
+        // A bare task: it only sends messages, and stops at the first refusal once
+        // the host is closing.
+        let weak = Arc::downgrade(&core);
+        tokio::spawn(async move {
+            futures::stream::iter(to_resume)
+                .for_each_concurrent(64, |run_id| {
+                    let weak = weak.clone();
+                    async move {
+                        let Some(core) = weak.upgrade() else { return };
+                        if let Err(e) = core.deliver(&run_id, Resume).await {
+                            tracing::warn!(run_id, error = %e, "reel: recovery could not resume run");
+                        }
+                    }
+                })
+                .await;
+        });
+        Ok(core)
+    }
+}

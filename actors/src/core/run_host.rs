@@ -1,0 +1,126 @@
+//! The core as the [`RunHost`] of its parts: each method hands the call to the core's
+//! own method of the same name. And [`Services::core`], which needs the core's type.
+
+use std::any::Any;
+
+use futures::future::BoxFuture;
+
+use super::*;
+use crate::host::RunHost;
+use crate::services::Services;
+
+impl Services {
+    /// The host core, while it is open.
+    pub fn core(&self) -> Option<Arc<Core>> {
+        let host = self.0.upgrade()?.into_any();
+        host.downcast::<Core>().ok().filter(|c| !c.is_closing())
+    }
+}
+
+impl RunHost for Core {
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+
+    fn schedule_timers(&self, timers: Vec<TimerEntry>) {
+        Core::schedule_timers(self, timers);
+    }
+
+    fn unschedule_timers(&self, timers: Vec<TimerEntry>) {
+        Core::unschedule_timers(self, timers);
+    }
+
+    fn notify_published(&self, run_id: &str) {
+        Core::notify_published(self, run_id);
+    }
+
+    fn fire_timer(&self, timer: TimerEntry) {
+        Core::fire_timer(self, timer);
+    }
+
+    fn run_actor_stopped(&self, id: ActorId, reason: ActorStopReason) {
+        Core::run_actor_stopped(self, id, reason);
+    }
+
+    fn spawn_delivery(&self, run_id: String, delivery: Delivery) {
+        Core::spawn_delivery(self, run_id, delivery);
+    }
+
+    fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
+        Core::notify_changed(self, run_id, meta);
+    }
+
+    fn run_finished(&self, meta: &RunMeta) {
+        Core::run_finished(self, meta);
+    }
+
+    fn record_unwritten_park(&self, run_id: &str, error: Failure) {
+        Core::record_unwritten_park(self, run_id, error);
+    }
+
+    fn record_crash(&self, run_id: &Arc<str>, message: String) {
+        Core::record_crash(self, run_id, message);
+    }
+
+    fn park_unreadable_log<'a>(
+        &'a self,
+        run_id: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<(), ActorError>> {
+        Box::pin(Core::park_unreadable_log(self, run_id, reason))
+    }
+
+    fn retire<'a>(&'a self, run_id: &'a str, actor: ActorId) -> BoxFuture<'a, ()> {
+        Box::pin(Core::retire(self, run_id, actor))
+    }
+
+    fn ensure_child<'a>(
+        &'a self,
+        parent: &'a str,
+        wait_id: &'a str,
+        workflow: &'a str,
+        version: u32,
+        child_run_id: &'a str,
+        input: Payload,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(Core::ensure_child(
+            self,
+            parent,
+            wait_id,
+            workflow,
+            version,
+            child_run_id,
+            input,
+        ))
+    }
+
+    fn start_detached<'a>(
+        &'a self,
+        parent: &'a str,
+        wait_id: &'a str,
+        workflow: &'a str,
+        version: u32,
+        child_run_id: &'a str,
+        input: Payload,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(Core::start_detached(
+            self,
+            parent,
+            wait_id,
+            workflow,
+            version,
+            child_run_id,
+            input,
+        ))
+    }
+
+    fn signal<'a>(
+        &'a self,
+        run_id: &'a str,
+        name: &'a str,
+        signal_id: &'a str,
+        payload: Payload,
+    ) -> BoxFuture<'a, Result<(), ActorError>> {
+        Box::pin(Core::signal(self, run_id, name, signal_id, payload))
+    }
+}

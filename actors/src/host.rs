@@ -1,0 +1,89 @@
+//! [`RunHost`]: the narrow interface that run actors, journals, the timer service,
+//! supervisors and [`Services`](crate::Services) hold (weakly) instead of the whole
+//! [`Core`](crate::Core). The core implements it; nothing below the core names the
+//! core, so the modules form no circle.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use kameo::actor::ActorId;
+use kameo::error::ActorStopReason;
+use reel_storage::{Failure, Payload, RunMeta, TimerEntry};
+
+use crate::error::ActorError;
+use crate::message::Delivery;
+
+/// What the parts of a host ask of the host that owns them.
+pub(crate) trait RunHost: Send + Sync + 'static {
+    /// The host itself, to recover its concrete type (`Services::core`).
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+
+    // ---- journals: the due-time index and published values ----
+
+    /// Hands new timers to the timer service.
+    fn schedule_timers(&self, timers: Vec<TimerEntry>);
+    /// Forgets timers removed from the index, so they never wake their run.
+    fn unschedule_timers(&self, timers: Vec<TimerEntry>);
+    /// A `Published` event of the run landed: wake the callers waiting for a value.
+    fn notify_published(&self, run_id: &str);
+
+    // ---- the timer service and supervisors ----
+
+    /// A timer came due: wake its run.
+    fn fire_timer(&self, timer: TimerEntry);
+    /// A run actor stopped for good (normally, or crashing past its restart limit).
+    fn run_actor_stopped(&self, id: ActorId, reason: ActorStopReason);
+
+    // ---- run actors ----
+
+    /// Delivers `delivery` to the run in the background.
+    fn spawn_delivery(&self, run_id: String, delivery: Delivery);
+    /// The run's state changed: wake its waiters (with the new state when written).
+    fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>);
+    /// The run finished: wake its waiters and deliver its result to its parents.
+    fn run_finished(&self, meta: &RunMeta);
+    /// Remembers a park the store refused, so it is still reported.
+    fn record_unwritten_park(&self, run_id: &str, error: Failure);
+    /// Remembers why the run's actor crashed, for the park after too many crashes.
+    fn record_crash(&self, run_id: &Arc<str>, message: String);
+    /// Parks a run whose log could not be loaded.
+    fn park_unreadable_log<'a>(
+        &'a self,
+        run_id: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<(), ActorError>>;
+    /// Removes the run's live entry if it is still the actor `actor`.
+    fn retire<'a>(&'a self, run_id: &'a str, actor: ActorId) -> BoxFuture<'a, ()>;
+
+    // ---- handlers, through `Services` ----
+
+    /// Starts a waited-for child run and arranges for its result to reach `parent`.
+    fn ensure_child<'a>(
+        &'a self,
+        parent: &'a str,
+        wait_id: &'a str,
+        workflow: &'a str,
+        version: u32,
+        child_run_id: &'a str,
+        input: Payload,
+    ) -> BoxFuture<'a, ()>;
+    /// Starts a detached child run; `parent` learns only whether it started.
+    fn start_detached<'a>(
+        &'a self,
+        parent: &'a str,
+        wait_id: &'a str,
+        workflow: &'a str,
+        version: u32,
+        child_run_id: &'a str,
+        input: Payload,
+    ) -> BoxFuture<'a, ()>;
+    /// Delivers a signal to a run.
+    fn signal<'a>(
+        &'a self,
+        run_id: &'a str,
+        name: &'a str,
+        signal_id: &'a str,
+        payload: Payload,
+    ) -> BoxFuture<'a, Result<(), ActorError>>;
+}

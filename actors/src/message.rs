@@ -1,0 +1,50 @@
+//! The messages that reach a run actor: [`Resume`], [`Delivery`] (what wakes a
+//! run) and [`StopRun`], and how a child's wait id tells a detached child. A leaf:
+//! the core sends these, the run actor handles them, neither module names the other
+//! for them.
+
+use reel_storage::{Failure, Payload, TimerEntry};
+
+/// Run the handler now (start, recovery, restart). Also resumes a parked run.
+#[derive(Clone, Copy)]
+pub(crate) struct Resume;
+
+/// Something that wakes a run.
+#[derive(Clone, Debug)]
+pub(crate) enum Delivery {
+    Signal {
+        name: String,
+        signal_id: String,
+        payload: Payload,
+    },
+    Timer(TimerEntry),
+    /// A waited-for child ended. `child` is its run id: news of a child called in
+    /// an earlier segment of a run that continued as new finds no matching
+    /// `ChildStarted` and is dropped.
+    ChildDone {
+        wait_id: String,
+        child: String,
+        result: Result<Payload, Failure>,
+    },
+    /// The detached child `detached#<n>` was started, or could not be.
+    ChildDetached {
+        wait_id: String,
+        child: String,
+        error: Option<Failure>,
+    },
+    /// Cancel the run: graceful (the handler may clean up) unless `hard`.
+    Cancel {
+        reason: String,
+        hard: bool,
+    },
+}
+
+/// Stop now (host shutdown); the run stays resumable.
+#[derive(Clone, Copy)]
+pub(crate) struct StopRun;
+
+/// Whether a parent link is a detached child's (started with `ctx.start_child`): its
+/// parent does not wait on it and is not told when it ends.
+pub(crate) fn is_detached(wait_id: &str) -> bool {
+    wait_id.starts_with("detached#")
+}
