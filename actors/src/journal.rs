@@ -10,6 +10,10 @@ use reel_storage::{Append, Event, RunMeta, StorageError, Store, Ticket, TimerEnt
 
 use crate::core::Core;
 
+mod index;
+
+pub(crate) use index::LogIndex;
+
 /// Appends to one run's log. Cloned into the replay engine; the run actor holds the
 /// original. Sequence numbers are assigned synchronously at submit time, so the log
 /// order is the order of calls, whatever order the futures are later polled in.
@@ -32,6 +36,8 @@ struct State {
     next_seq: u64,
     history: Arc<Vec<Event>>,
     tail: Vec<Event>,
+    /// Lookups into `history` and `tail`, kept as events are appended.
+    index: LogIndex,
     /// Every event below this sequence number is durable.
     durable: u64,
     /// The live execution, woken when `durable` advances.
@@ -150,6 +156,7 @@ impl Journal {
         history: Vec<Event>,
     ) -> Journal {
         let len = history.len() as u64;
+        let index = LogIndex::new(&history);
         Journal(Arc::new(Shared {
             run_id,
             store,
@@ -158,6 +165,7 @@ impl Journal {
                 next_seq: len,
                 history: Arc::new(history),
                 tail: Vec::new(),
+                index,
                 durable: len,
                 waker: None,
                 closed: false,
@@ -255,6 +263,7 @@ impl Journal {
             state.next_seq += events.len() as u64;
             let end = state.next_seq;
             state.tail.extend(events.iter().cloned());
+            state.index.note_all(&events);
             let removed = remove_timers.clone();
             let ticket = self.0.store.submit(Append {
                 run_id: self.0.run_id.to_string(),
@@ -360,6 +369,18 @@ impl Journal {
     pub(crate) fn with_events<R>(&self, f: impl FnOnce(&[Event], &[Event]) -> R) -> R {
         let state = self.lock();
         f(&state.history, &state.tail)
+    }
+
+    /// Runs `f` over the index of the log's settled timers, received signals and
+    /// child news: a lookup instead of a scan of every event.
+    pub(crate) fn with_index<R>(&self, f: impl FnOnce(&LogIndex) -> R) -> R {
+        f(&self.lock().index)
+    }
+
+    /// Whether the log holds the end of the child waited for as `wait_id`
+    /// (`ChildCompleted`), also one appended after the execution began.
+    pub fn child_ended(&self, wait_id: &str) -> bool {
+        self.with_index(|i| i.child_ended(wait_id))
     }
 
     /// Number of events in the log (recorded and queued).

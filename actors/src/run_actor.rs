@@ -376,11 +376,6 @@ impl RunActor {
         });
     }
 
-    fn has_event(&self, pred: impl Fn(&Event) -> bool) -> bool {
-        self.journal
-            .with_events(|h, t| h.iter().chain(t.iter()).any(pred))
-    }
-
     /// The children the run waits on that have not ended (detached ones excluded).
     fn unfinished_children(&self) -> Vec<String> {
         self.journal.with_events(|h, t| {

@@ -26,9 +26,7 @@ impl RunActor {
                 if finished {
                     return Err(ActorError::RunFinished(self.run_id.to_string()));
                 }
-                if self.has_event(
-                    |e| matches!(e, Event::SignalReceived { signal_id: s, .. } if *s == signal_id),
-                ) {
+                if self.journal.with_index(|i| i.has_signal(&signal_id)) {
                     // Already recorded (a retried send whose first answer was lost):
                     // make sure an execution will see it.
                     self.begin(&me, false).await;
@@ -48,14 +46,9 @@ impl RunActor {
                 return self.deadline_due(entry, ctx).await;
             }
             Delivery::Timer(entry) => {
-                // One pass over the log: has this timer fired, or been cancelled?
-                let (fired, cancelled) = self.journal.with_events(|h, t| {
-                    h.iter().chain(t).fold((false, false), |(f, c), e| match e {
-                        Event::TimerFired { id } if *id == entry.timer_id => (true, c),
-                        Event::TimerCancelled { id } if *id == entry.timer_id => (f, true),
-                        _ => (f, c),
-                    })
-                });
+                let (fired, cancelled) = self
+                    .journal
+                    .with_index(|i| (i.fired(&entry.timer_id), i.cancelled(&entry.timer_id)));
                 if finished || fired || cancelled {
                     self.journal
                         .append_with(Vec::new(), None, vec![entry], false)
@@ -104,19 +97,6 @@ impl RunActor {
     /// end, or a detached child's start, of the same kind as `event`): a
     /// redelivery whose first answer was lost appends nothing.
     fn has_child_news(&self, event: &Event) -> bool {
-        let Some(news) = child_news(event) else {
-            return false;
-        };
-        self.has_event(|e| child_news(e) == Some(news))
-    }
-}
-
-/// The kind and wait id of an event that brings news of a child.
-fn child_news(e: &Event) -> Option<(&'static str, &str)> {
-    match e {
-        Event::ChildCompleted { id, .. } | Event::ChildDetached { id, .. } => {
-            Some((e.kind(), id.as_str()))
-        }
-        _ => None,
+        self.journal.with_index(|i| i.has_child_news(event))
     }
 }
