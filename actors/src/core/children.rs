@@ -120,8 +120,8 @@ impl Services {
 }
 
 /// The parents waiting on each unfinished child in this host, by child run id, and
-/// whether the child's start was seen to land for each of them. Entries leave when the
-/// child ends (its parents are then told) or its start fails for good.
+/// whether the child's start was seen to land for each of them. An entry leaves once
+/// the child's end has been delivered to its parent, or its start failed for good.
 #[derive(Default)]
 pub(crate) struct Subscriptions(Mutex<HashMap<String, Vec<Subscription>>>);
 
