@@ -75,7 +75,7 @@ pub struct Core {
     waiters: Waiters<Option<RunMeta>>,
     /// Callers of `wait_published`, by run: woken when a value lands or the run ends.
     publish_waiters: Waiters<()>,
-    child_subscribers: Mutex<HashMap<String, Vec<ParentLink>>>,
+    child_subscribers: children::Subscriptions,
     activations: Semaphore,
     closing: AtomicBool,
     me: Weak<Core>,
@@ -382,12 +382,7 @@ impl Core {
     /// A run finished: wake result waiters and deliver the result to parents.
     pub(crate) fn run_finished(&self, meta: &RunMeta) {
         self.notify_changed(&meta.run_id, Some(meta));
-        let subscribers = self
-            .child_subscribers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&meta.run_id)
-            .unwrap_or_default();
+        let subscribers = self.child_subscribers.take(&meta.run_id);
         let parents = meta.parent.iter().cloned().chain(subscribers);
         self.notify_parents(meta, parents);
     }

@@ -10,6 +10,12 @@ use reel_storage::{Append, Event, RunMeta, StorageError, Store, Ticket, TimerEnt
 
 use crate::host::RunHost;
 
+mod index;
+
+pub(crate) use index::LogIndex;
+pub use index::retry_timer_id;
+use index::timer_key;
+
 /// Appends to one run's log. Cloned into the replay engine; the run actor holds the
 /// original. Sequence numbers are assigned synchronously at submit time, so the log
 /// order is the order of calls, whatever order the futures are later polled in.
@@ -35,6 +41,8 @@ struct State {
     next_seq: u64,
     history: Arc<Vec<Event>>,
     tail: Vec<Event>,
+    /// Lookups into `history` and `tail`, kept as events are appended.
+    index: LogIndex,
     /// Every event below this sequence number is durable.
     durable: u64,
     /// The live execution, woken when `durable` advances.
@@ -46,23 +54,7 @@ struct State {
 
 /// A timer entry for a timer-creating event, if it is one.
 pub(crate) fn timer_of(run_id: &str, event: &Event) -> Option<TimerEntry> {
-    let (fire_at, timer_id) = match event {
-        Event::TimerScheduled { id, fire_at } | Event::Deadline { id, fire_at } => {
-            (*fire_at, id.clone())
-        }
-        Event::SignalAwaited {
-            id,
-            deadline: Some(d),
-            ..
-        } => (*d, id.clone()),
-        Event::StepFailed {
-            id,
-            attempt,
-            retry_at: Some(t),
-            ..
-        } => (*t, retry_timer_id(id, *attempt)),
-        _ => return None,
-    };
+    let (fire_at, timer_id) = timer_key(event)?;
     Some(TimerEntry {
         fire_at,
         run_id: run_id.to_owned(),
@@ -75,11 +67,6 @@ pub(crate) const RUN_DEADLINE: &str = "@run-deadline";
 
 /// The timer id of the grace a cancelled run's cleanup gets before a hard cancel.
 pub(crate) const CANCEL_DEADLINE: &str = "@cancel-deadline";
-
-/// The id of the backoff timer after a failed attempt of a step.
-pub fn retry_timer_id(step_id: &str, failed_attempt: u32) -> String {
-    format!("{step_id}/retry{failed_attempt}")
-}
 
 /// Timers created in `events` that have neither fired nor been cancelled.
 pub(crate) fn pending_timers<'a>(
@@ -154,6 +141,7 @@ impl Journal {
         base: u64,
     ) -> Journal {
         let len = history.len() as u64;
+        let index = LogIndex::new(&history);
         Journal(Arc::new(Shared {
             run_id,
             base,
@@ -163,6 +151,7 @@ impl Journal {
                 next_seq: len,
                 history: Arc::new(history),
                 tail: Vec::new(),
+                index,
                 durable: len,
                 waker: None,
                 closed: false,
@@ -260,6 +249,7 @@ impl Journal {
             state.next_seq += events.len() as u64;
             let end = state.next_seq;
             state.tail.extend(events.iter().cloned());
+            state.index.note_all(&events);
             let removed = remove_timers.clone();
             let ticket = self.0.store.submit(Append {
                 run_id: self.0.run_id.to_string(),
@@ -370,6 +360,18 @@ impl Journal {
     /// The store sequence number of the segment's first event.
     pub(crate) fn base(&self) -> u64 {
         self.0.base
+    }
+
+    /// Runs `f` over the index of the log's settled timers, received signals and
+    /// child news: a lookup instead of a scan of every event.
+    pub(crate) fn with_index<R>(&self, f: impl FnOnce(&LogIndex) -> R) -> R {
+        f(&self.lock().index)
+    }
+
+    /// Whether the log holds the end of the child waited for as `wait_id`
+    /// (`ChildCompleted`), also one appended after the execution began.
+    pub fn child_ended(&self, wait_id: &str) -> bool {
+        self.with_index(|i| i.child_ended(wait_id))
     }
 
     /// Number of events in the log (recorded and queued).

@@ -384,14 +384,7 @@ impl RunActor {
 
     /// Whether the segment has a `ChildStarted` for `wait_id` naming `child`.
     fn called_child(&self, wait_id: &str, child: &str) -> bool {
-        self.has_event(|e| {
-            matches!(e, Event::ChildStarted { id, run_id, .. } if id == wait_id && run_id == child)
-        })
-    }
-
-    fn has_event(&self, pred: impl Fn(&Event) -> bool) -> bool {
-        self.journal
-            .with_events(|h, t| h.iter().chain(t.iter()).any(pred))
+        self.journal.with_index(|i| i.called_child(wait_id, child))
     }
 
     /// The children the run waits on that have not ended (detached ones excluded).

@@ -178,8 +178,14 @@ impl Ctx {
             return;
         };
         let parent = self.inner.run_id.clone();
+        let journal = self.inner.journal.clone();
         let (wait_id, run_id) = (wait_id.to_owned(), run_id.to_owned());
         self.lock().effects.push(Box::pin(async move {
+            // The child's end may have been appended while this execution replayed:
+            // then there is nothing to start or wait for.
+            if journal.is_some_and(|j| j.child_ended(&wait_id)) {
+                return;
+            }
             if detached {
                 services
                     .start_detached(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)

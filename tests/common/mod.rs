@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+pub mod counting;
+
 /// Counts how often a body really ran.
 #[derive(Clone, Default)]
 pub struct Counter(Arc<AtomicU32>);

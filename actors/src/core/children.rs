@@ -2,11 +2,12 @@
 //! and refusing a child call that would close a cycle of waiting runs.
 
 use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use reel_storage::{Event, Failure, ParentLink, Payload, RunMeta, RunState};
 
-use super::Core;
+use super::{Core, Started};
 use crate::error::ActorError;
 use crate::message::{Delivery, is_detached};
 
@@ -38,16 +39,13 @@ impl Core {
             run_id: child_run_id.to_owned(),
             input,
         };
-        // Subscribe before looking, so a completion in between is not missed.
-        {
-            let mut subs = core
-                .child_subscribers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let list = subs.entry(child.run_id.clone()).or_default();
-            if !list.contains(&child.link) {
-                list.push(child.link.clone());
-            }
+        // Subscribe before looking, so a completion in between is not missed. A child
+        // this host has already started for this wait is neither checked nor started
+        // again: each execution of the parent calls every child it waits on, and a
+        // fan-in would otherwise cost a start and a cycle check per child and per
+        // wake-up.
+        if core.child_subscribers.subscribe(&child.run_id, &child.link) {
+            return;
         }
         // After subscribing: two runs calling each other at once each see the other's
         // subscription, so at least one of them finds the cycle.
@@ -98,6 +96,97 @@ impl Core {
             input,
         };
         core.start_or_retry(child).await;
+    }
+}
+
+/// The parents waiting on each unfinished child in this host, by child run id, and
+/// whether the child's start was seen to land for each of them. An entry leaves once
+/// the child's end has been delivered to its parent, or its start failed for good.
+#[derive(Default)]
+pub(crate) struct Subscriptions(Mutex<HashMap<String, Vec<Subscription>>>);
+
+struct Subscription {
+    link: ParentLink,
+    /// The child exists: its start (or the finding that it already existed) landed
+    /// after this subscription was made.
+    started: bool,
+    /// The child has ended and its end is on its way to the parent: the entry stays
+    /// until it is delivered, so that the parent, executing again meanwhile, does not
+    /// start the child again.
+    ended: bool,
+}
+
+impl Subscriptions {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Subscription>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Subscribes `link` to the end of `child`. Returns whether it was subscribed
+    /// already and the child's start had landed, or its end is on its way: then
+    /// nothing more is needed.
+    fn subscribe(&self, child: &str, link: &ParentLink) -> bool {
+        let mut subs = self.lock();
+        let list = subs.entry(child.to_owned()).or_default();
+        match list.iter().find(|s| s.link == *link) {
+            Some(s) => s.started || s.ended,
+            None => {
+                list.push(Subscription {
+                    link: link.clone(),
+                    started: false,
+                    ended: false,
+                });
+                false
+            }
+        }
+    }
+
+    /// Notes that `child` exists, if `link` is still subscribed to it.
+    fn started(&self, child: &str, link: &ParentLink) {
+        if let Some(s) = self
+            .lock()
+            .get_mut(child)
+            .and_then(|list| list.iter_mut().find(|s| s.link == *link))
+        {
+            s.started = true;
+        }
+    }
+
+    fn unsubscribe(&self, child: &str, link: &ParentLink) {
+        let mut subs = self.lock();
+        if let Some(list) = subs.get_mut(child) {
+            list.retain(|s| s.link != *link);
+            if list.is_empty() {
+                subs.remove(child);
+            }
+        }
+    }
+
+    /// The runs waiting on `child`.
+    fn parents_of(&self, child: &str) -> Vec<String> {
+        self.lock()
+            .get(child)
+            .map(|list| {
+                list.iter()
+                    .filter(|s| !s.ended)
+                    .map(|s| s.link.run_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `child` has ended: returns everyone subscribed to it and not yet told. Their
+    /// entries stay until the end is delivered ([`Subscriptions::unsubscribe`]).
+    pub(crate) fn take(&self, child: &str) -> Vec<ParentLink> {
+        self.lock()
+            .get_mut(child)
+            .map(|list| {
+                list.iter_mut()
+                    .filter_map(|s| {
+                        (!std::mem::replace(&mut s.ended, true)).then(|| s.link.clone())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -174,13 +263,7 @@ impl Core {
         if meta.state.is_finished() {
             return Ok(Vec::new());
         }
-        let mut waiters: Vec<String> = self
-            .child_subscribers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(run)
-            .map(|links| links.iter().map(|l| l.run_id.clone()).collect())
-            .unwrap_or_default();
+        let mut waiters = self.child_subscribers.parents_of(run);
         waiters.extend(
             meta.parent
                 .filter(|p| !is_detached(&p.wait_id))
@@ -202,15 +285,16 @@ impl Core {
     /// Starts a child (idempotent) and delivers its result at once if it has finished
     /// (a detached child's parent learns only that it started).
     async fn start_child(&self, c: &ChildStart) -> Result<(), ActorError> {
-        self.start(
-            &c.workflow,
-            c.version,
-            &c.run_id,
-            c.input.clone(),
-            Some(c.link.clone()),
-            None,
-        )
-        .await?;
+        let started = self
+            .start(
+                &c.workflow,
+                c.version,
+                &c.run_id,
+                c.input.clone(),
+                Some(c.link.clone()),
+                None,
+            )
+            .await?;
         if is_detached(&c.link.wait_id) {
             self.spawn_delivery(
                 c.link.run_id.clone(),
@@ -222,7 +306,12 @@ impl Core {
             );
             return Ok(());
         }
-        if let Some(meta) = self.meta(&c.run_id).await?
+        self.child_subscribers.started(&c.run_id, &c.link);
+        // A child created now did not exist when the parent subscribed: its end
+        // reaches the parent through the subscription. One that existed may have
+        // ended before.
+        if started == Started::Existing
+            && let Some(meta) = self.meta(&c.run_id).await?
             && meta.state.is_finished()
         {
             self.unsubscribe(&c.run_id, &c.link);
@@ -287,16 +376,7 @@ impl Core {
     }
 
     fn unsubscribe(&self, child_run_id: &str, link: &ParentLink) {
-        let mut subs = self
-            .child_subscribers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = subs.get_mut(child_run_id) {
-            list.retain(|l| l != link);
-            if list.is_empty() {
-                subs.remove(child_run_id);
-            }
-        }
+        self.child_subscribers.unsubscribe(child_run_id, link);
     }
 
     /// A completed child's output, read from its log. A passing read failure is
@@ -347,15 +427,22 @@ impl Core {
                 RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),
                 _ => return,
             };
-            for p in parents {
-                core.spawn_delivery(
-                    p.run_id,
-                    Delivery::ChildDone {
-                        wait_id: p.wait_id,
+            let deliveries: Vec<_> = parents
+                .into_iter()
+                .filter_map(|p| {
+                    let delivery = Delivery::ChildDone {
+                        wait_id: p.wait_id.clone(),
                         child: child.run_id.clone(),
                         result: result.clone(),
-                    },
-                );
+                    };
+                    Some((core.spawn_delivery(p.run_id.clone(), delivery)?, p))
+                })
+                .collect();
+            // Delivered (or given up): a parent executing again from now on finds the
+            // child's end in its log, or asks again.
+            for (delivered, p) in deliveries {
+                let _ = delivered.await;
+                core.unsubscribe(&child.run_id, &p);
             }
         });
     }

@@ -110,7 +110,7 @@ impl Core {
                 timers,
                 waiters: Waiters::default(),
                 publish_waiters: Waiters::default(),
-                child_subscribers: Mutex::new(HashMap::new()),
+                child_subscribers: super::children::Subscriptions::default(),
                 closing: AtomicBool::new(false),
                 me: me.clone(),
             }

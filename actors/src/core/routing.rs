@@ -7,11 +7,14 @@ use super::*;
 impl Core {
     /// Delivers in the background, bounded by the activation semaphore. A bare task:
     /// it ends after one delivery; once the host is closing, delivery is refused.
-    pub(crate) fn spawn_delivery(&self, run_id: String, delivery: Delivery) {
-        let Some(core) = self.me.upgrade() else {
-            return;
-        };
-        tokio::spawn(async move {
+    /// The task's handle tells when it is over (delivered, or given up).
+    pub(crate) fn spawn_delivery(
+        &self,
+        run_id: String,
+        delivery: Delivery,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let core = self.me.upgrade()?;
+        Some(tokio::spawn(async move {
             // A timer or child result must not be lost to a passing failure: retry
             // with backoff. (After a restart the index delivers timers again anyway.)
             for attempt in 0..6u32 {
@@ -29,7 +32,7 @@ impl Core {
                     }
                 }
             }
-        });
+        }))
     }
 
     /// Sends `msg` to the run's actor, activating it if it is passivated, and retrying
@@ -74,6 +77,6 @@ impl Core {
 
     pub(crate) fn fire_timer(&self, timer: TimerEntry) {
         let run_id = timer.run_id.clone();
-        self.spawn_delivery(run_id, Delivery::Timer(timer));
+        let _ = self.spawn_delivery(run_id, Delivery::Timer(timer));
     }
 }

@@ -43,7 +43,7 @@ impl RunHost for Core {
     }
 
     fn spawn_delivery(&self, run_id: String, delivery: Delivery) {
-        Core::spawn_delivery(self, run_id, delivery);
+        let _ = Core::spawn_delivery(self, run_id, delivery);
     }
 
     fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {

@@ -135,7 +135,7 @@ impl RunActor {
         ctx: &mut Context<Self, Result<(), ActorError>>,
     ) -> Result<(), ActorError> {
         let id = entry.timer_id.clone();
-        let fired = self.has_event(|e| matches!(e, Event::TimerFired { id: f } if *f == id));
+        let fired = self.journal.with_index(|i| i.fired(&id));
         if self.meta.state.is_finished() || fired {
             self.journal
                 .append_with(Vec::new(), None, vec![entry], false)

@@ -8,7 +8,6 @@ use reel_storage::Event;
 
 use super::RunActor;
 use crate::error::ActorError;
-use crate::journal::timer_of;
 use crate::message::Delivery;
 
 impl RunActor {
@@ -28,9 +27,7 @@ impl RunActor {
                 if finished {
                     return Err(ActorError::RunFinished(self.run_id.to_string()));
                 }
-                if self.has_event(
-                    |e| matches!(e, Event::SignalReceived { signal_id: s, .. } if *s == signal_id),
-                ) {
+                if self.journal.with_index(|i| i.has_signal(&signal_id)) {
                     // Already recorded (a retried send whose first answer was lost):
                     // make sure an execution will see it.
                     self.begin(&me, false).await;
@@ -50,18 +47,15 @@ impl RunActor {
                 return self.deadline_due(entry, ctx).await;
             }
             Delivery::Timer(entry) => {
-                // One pass over the log: was this timer created in this segment,
-                // and has it fired, or been cancelled? A timer of an earlier
-                // segment of a run that continued as new is dropped.
-                let (created, fired, cancelled) = self.journal.with_events(|h, t| {
-                    h.iter()
-                        .chain(t)
-                        .fold((false, false, false), |(n, f, c), e| match e {
-                            Event::TimerFired { id } if *id == entry.timer_id => (n, true, c),
-                            Event::TimerCancelled { id } if *id == entry.timer_id => (n, f, true),
-                            e if timer_of(&self.run_id, e).as_ref() == Some(&entry) => (true, f, c),
-                            _ => (n, f, c),
-                        })
+                // Was this timer created in this segment (a timer of an earlier
+                // segment of a run that continued as new is dropped), and has it
+                // fired, or been cancelled?
+                let (created, fired, cancelled) = self.journal.with_index(|i| {
+                    (
+                        i.created(&entry.timer_id, entry.fire_at),
+                        i.fired(&entry.timer_id),
+                        i.cancelled(&entry.timer_id),
+                    )
                 });
                 if finished || fired || cancelled || !created {
                     self.journal
@@ -127,19 +121,6 @@ impl RunActor {
     /// end, or a detached child's start, of the same kind as `event`): a
     /// redelivery whose first answer was lost appends nothing.
     fn has_child_news(&self, event: &Event) -> bool {
-        let Some(news) = child_news(event) else {
-            return false;
-        };
-        self.has_event(|e| child_news(e) == Some(news))
-    }
-}
-
-/// The kind and wait id of an event that brings news of a child.
-fn child_news(e: &Event) -> Option<(&'static str, &str)> {
-    match e {
-        Event::ChildCompleted { id, .. } | Event::ChildDetached { id, .. } => {
-            Some((e.kind(), id.as_str()))
-        }
-        _ => None,
+        self.journal.with_index(|i| i.has_child_news(event))
     }
 }

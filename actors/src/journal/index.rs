@@ -1,0 +1,170 @@
+//! What the run actor asks of a run's log on every delivery (has this timer fired,
+//! this signal been received, this child's news been recorded?), kept up to date as
+//! the log grows, so that a wake-up costs a lookup and not a scan of every timer,
+//! signal and child the run has already finished with.
+
+use std::collections::HashSet;
+
+use reel_storage::Event;
+
+/// The id of the backoff timer after a failed attempt of a step.
+pub fn retry_timer_id(step_id: &str, failed_attempt: u32) -> String {
+    format!("{step_id}/retry{failed_attempt}")
+}
+
+/// The due time and id of the timer a timer-creating event creates, if it is one.
+pub(crate) fn timer_key(event: &Event) -> Option<(u64, String)> {
+    match event {
+        Event::TimerScheduled { id, fire_at } | Event::Deadline { id, fire_at } => {
+            Some((*fire_at, id.clone()))
+        }
+        Event::SignalAwaited {
+            id,
+            deadline: Some(d),
+            ..
+        } => Some((*d, id.clone())),
+        Event::StepFailed {
+            id,
+            attempt,
+            retry_at: Some(t),
+            ..
+        } => Some((*t, retry_timer_id(id, *attempt))),
+        _ => None,
+    }
+}
+
+/// The created and settled timers, received signals and children of one run's
+/// log segment.
+#[derive(Debug, Default)]
+pub(crate) struct LogIndex {
+    /// Timers created, with their due times.
+    created: HashSet<(u64, String)>,
+    /// Children called (wait id, child run id).
+    children: HashSet<(String, String)>,
+    fired: HashSet<String>,
+    cancelled: HashSet<String>,
+    signals: HashSet<String>,
+    /// Wait ids of `ChildCompleted`.
+    child_ends: HashSet<String>,
+    /// Wait ids of `ChildDetached`.
+    detached_starts: HashSet<String>,
+}
+
+impl LogIndex {
+    pub(crate) fn new<'a>(events: impl IntoIterator<Item = &'a Event>) -> LogIndex {
+        let mut index = LogIndex::default();
+        index.note_all(events);
+        index
+    }
+
+    /// Takes in events appended to the log.
+    pub(crate) fn note_all<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) {
+        for e in events {
+            if let Some(key) = timer_key(e) {
+                self.created.insert(key);
+            }
+            match e {
+                Event::ChildStarted { id, run_id, .. } => {
+                    self.children.insert((id.clone(), run_id.clone()));
+                }
+                Event::TimerFired { id } => {
+                    self.fired.insert(id.clone());
+                }
+                Event::TimerCancelled { id } => {
+                    self.cancelled.insert(id.clone());
+                }
+                Event::SignalReceived { signal_id, .. } => {
+                    self.signals.insert(signal_id.clone());
+                }
+                Event::ChildCompleted { id, .. } => {
+                    self.child_ends.insert(id.clone());
+                }
+                Event::ChildDetached { id, .. } => {
+                    self.detached_starts.insert(id.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether the segment created timer `id` due at `fire_at`: a timer of an
+    /// earlier segment (of a run that continued as new) was not.
+    pub(crate) fn created(&self, id: &str, fire_at: u64) -> bool {
+        self.created.contains(&(fire_at, id.to_owned()))
+    }
+
+    /// Whether the segment called child run `child` as wait `wait_id`: news of a
+    /// child of an earlier segment matches none.
+    pub(crate) fn called_child(&self, wait_id: &str, child: &str) -> bool {
+        self.children
+            .contains(&(wait_id.to_owned(), child.to_owned()))
+    }
+
+    /// Whether the log records that timer `id` fired.
+    pub(crate) fn fired(&self, id: &str) -> bool {
+        self.fired.contains(id)
+    }
+
+    /// Whether the log records that timer `id` was cancelled.
+    pub(crate) fn cancelled(&self, id: &str) -> bool {
+        self.cancelled.contains(id)
+    }
+
+    /// Whether the log holds the signal sent as `signal_id`.
+    pub(crate) fn has_signal(&self, signal_id: &str) -> bool {
+        self.signals.contains(signal_id)
+    }
+
+    /// Whether the log holds the end of the child waited for as `wait_id`.
+    pub(crate) fn child_ended(&self, wait_id: &str) -> bool {
+        self.child_ends.contains(wait_id)
+    }
+
+    /// Whether the log holds news of the same kind as `event` (a child's end, a
+    /// detached child's start) for its wait id.
+    pub(crate) fn has_child_news(&self, event: &Event) -> bool {
+        match event {
+            Event::ChildCompleted { id, .. } => self.child_ends.contains(id),
+            Event::ChildDetached { id, .. } => self.detached_starts.contains(id),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reel_storage::{Failure, Payload};
+
+    #[test]
+    fn answers_what_the_events_record() {
+        let mut index = LogIndex::new(&[
+            Event::TimerFired { id: "t1".into() },
+            Event::SignalReceived {
+                name: "go".into(),
+                signal_id: "s1".into(),
+                payload: Payload::default(),
+            },
+        ]);
+        index.note_all(&[
+            Event::TimerCancelled { id: "t2".into() },
+            Event::ChildCompleted {
+                id: "child#0".into(),
+                result: Err(Failure::Other("x".into())),
+            },
+        ]);
+        assert!(index.fired("t1") && !index.fired("t2"));
+        assert!(index.cancelled("t2") && !index.cancelled("t1"));
+        assert!(index.has_signal("s1") && !index.has_signal("go"));
+        let done = Event::ChildCompleted {
+            id: "child#0".into(),
+            result: Ok(Payload::default()),
+        };
+        let detached = Event::ChildDetached {
+            id: "child#0".into(),
+            error: None,
+        };
+        assert!(index.has_child_news(&done));
+        assert!(!index.has_child_news(&detached));
+    }
+}

@@ -1,0 +1,130 @@
+//! A [`Store`] that counts the operations of each run and delegates every one to a
+//! real store: tests of how much work a wake-up costs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use reel::{Event, Store};
+use reel_storage::{
+    Append, LogReader, LogWriter, MetaReader, Result, RunMeta, Scan, Ticket, TimerEntry,
+    TimerReader,
+};
+
+/// A counted operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Every append.
+    Submit,
+    /// An append creating a run (`RunStarted` at sequence 0): a start attempt.
+    Start,
+    /// `read_log`: one per activation of the run, plus readers of its log.
+    ReadLog,
+    /// `get_run`.
+    GetRun,
+    /// `last_event`.
+    LastEvent,
+}
+
+/// Counts operations by kind and run, and delegates them to the store it wraps.
+pub struct CountingStore {
+    inner: Arc<dyn Store>,
+    counts: Mutex<HashMap<(Op, String), u64>>,
+}
+
+impl CountingStore {
+    pub fn new(inner: Arc<dyn Store>) -> Arc<CountingStore> {
+        Arc::new(CountingStore {
+            inner,
+            counts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// How many operations `op` were made for the runs `runs` accepts.
+    pub fn count(&self, op: Op, runs: impl Fn(&str) -> bool) -> u64 {
+        self.counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|((o, run), _)| *o == op && runs(run))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The due-time index as stored now.
+    pub fn timers(&self) -> Result<Vec<TimerEntry>> {
+        Ok(self.inner.timers()?.items)
+    }
+
+    fn note(&self, op: Op, run_id: &str) {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((op, run_id.to_owned()))
+            .or_default() += 1;
+    }
+}
+
+impl LogWriter for CountingStore {
+    fn submit(&self, append: Append) -> Ticket {
+        self.note(Op::Submit, &append.run_id);
+        if append.expected_seq == Some(0)
+            && matches!(append.events.first(), Some(Event::RunStarted { .. }))
+        {
+            self.note(Op::Start, &append.run_id);
+        }
+        self.inner.submit(append)
+    }
+}
+
+impl LogReader for CountingStore {
+    fn read_log(&self, run_id: &str) -> Result<Vec<Event>> {
+        self.note(Op::ReadLog, run_id);
+        self.inner.read_log(run_id)
+    }
+
+    fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>> {
+        self.note(Op::ReadLog, run_id);
+        self.inner.read_log_from(run_id, from)
+    }
+
+    fn log_size(&self, run_id: &str, from: u64) -> Result<reel::LogSize> {
+        self.inner.log_size(run_id, from)
+    }
+
+    fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {
+        self.note(Op::LastEvent, run_id);
+        self.inner.last_event(run_id)
+    }
+
+    fn next_seq(&self, run_id: &str) -> Result<u64> {
+        self.inner.next_seq(run_id)
+    }
+}
+
+impl MetaReader for CountingStore {
+    fn get_run(&self, run_id: &str) -> Result<Option<RunMeta>> {
+        self.note(Op::GetRun, run_id);
+        self.inner.get_run(run_id)
+    }
+
+    fn list_runs(&self) -> Result<Scan<RunMeta>> {
+        self.inner.list_runs()
+    }
+
+    fn unfinished_runs(&self) -> Result<Scan<RunMeta>> {
+        self.inner.unfinished_runs()
+    }
+}
+
+impl TimerReader for CountingStore {
+    fn timers(&self) -> Result<Scan<TimerEntry>> {
+        self.inner.timers()
+    }
+}
+
+impl Store for CountingStore {
+    fn close(&self) {
+        self.inner.close();
+    }
+}
