@@ -19,7 +19,9 @@
 //!   waiting on runs), `blocking` (storage calls off the async workers).
 //! - `host`: `RunHost`, the narrow interface that everything below the core holds
 //!   (weakly) instead of the [`Core`]; the core implements it.
-//! - `journal`: [`Journal`], a run's append handle (sequence numbers, timer index).
+//! - `journal`: [`Journal`], a run's append handle over its current log segment
+//!   (sequence numbers, timer index); `journal::index`, the lookups a delivery
+//!   makes (timers created and settled, signals received, children called).
 //! - `services`: [`Services`], what a handler asks of its host (child runs, signals).
 //! - `timers`: the timer service actor. `supervisor`: rotating kameo supervisors
 //!   that park crash-looping runs.
@@ -27,7 +29,8 @@
 //!   [`Execution`], [`Outcome`].
 //! - `run_actor`: the per-run actor; `run_actor::delivery` appends what wakes a
 //!   run, `run_actor::cancel` carries out cancel requests and the host's deadlines
-//!   (graceful, then hard after the grace).
+//!   (graceful, then hard after the grace), `run_actor::segment` ends a log segment
+//!   and begins the next when the handler continues as new.
 //! - `core`: [`Core`] at the top: `core::recovery` (start-up), `core::activation`
 //!   (live-run map, supervisors), `core::routing` (deliveries, wake-ups),
 //!   `core::parking`, `core::waiters`, `core::published`, `core::children`
