@@ -126,6 +126,15 @@ fn entity_variant(rt: &tokio::runtime::Runtime, cfg: &Config, label: &str, run: 
         "  reel: first {w} signals {first:.3} ms/signal, last {w} {last:.3} ms/signal ({growth:.2}x); mean of all {:.3} ms",
         mean(&times)
     );
+    let tenth = (times.len() / 10).max(1);
+    println!(
+        "  ms/signal by tenth of the loop: {}",
+        times
+            .chunks(tenth)
+            .map(|c| format!("{:.2}", mean(c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!(
         "  raw fjall, 2 x (insert + persist(SyncData)): {raw_ms:.3} ms; reel/raw: first {:.2}x, last {:.2}x",
         first / raw_ms,

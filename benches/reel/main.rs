@@ -26,6 +26,7 @@
 //! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity` picks scenarios.
 //! - `REEL_BENCH_START_CONCURRENCY` (default 4,096): starts in flight at once in
 //!   the recovery scenario.
+//! - `REEL_BENCH_ENTITY_SIGNALS` (default 10,000): signals of the entity scenario.
 //! - `REEL_BENCH_DIR` picks the filesystem of the temporary directories (default:
 //!   the system temp dir); the figures are dominated by fsync.
 //!
@@ -82,7 +83,10 @@ impl Config {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(4_096),
-            entity_signals: if quick { 250 } else { 10_000 },
+            entity_signals: std::env::var("REEL_BENCH_ENTITY_SIGNALS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if quick { 250 } else { 10_000 }),
         }
     }
 
