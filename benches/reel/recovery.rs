@@ -31,6 +31,8 @@ fn mem() -> Mem {
 struct Recovery {
     /// From the first start to the last start's answer.
     started: Duration,
+    /// CPU seconds of the process meanwhile.
+    start_cpu: f64,
     before: Mem,
     passivated: Mem,
     trimmed: Mem,
@@ -55,6 +57,7 @@ async fn reel_recovery(cfg: &Config) -> BenchResult<Recovery> {
             .build()
             .await?,
     );
+    let cpu0 = cpu_seconds();
     let start = Instant::now();
     let mut progress = Instant::now();
     let mut done = 0usize;
@@ -82,6 +85,7 @@ async fn reel_recovery(cfg: &Config) -> BenchResult<Recovery> {
     }
     drop(starts);
     let started = start.elapsed();
+    let start_cpu = cpu_seconds() - cpu0;
     let live = wait_passivated(&host, Duration::from_secs(120)).await;
     let create = start.elapsed();
     println!(
@@ -185,6 +189,7 @@ async fn reel_recovery(cfg: &Config) -> BenchResult<Recovery> {
     within(LIMIT, "host.shutdown()", host.shutdown()).await?;
     Ok(Recovery {
         started,
+        start_cpu,
         before,
         passivated,
         trimmed,
@@ -265,8 +270,14 @@ pub(crate) fn recovery(rt: &tokio::runtime::Runtime, cfg: &Config) -> Vec<Row> {
     let raw = raw_recovery(n, cfg.recovery_start_concurrency);
     let reel_rate = n as f64 / reel.started.as_secs_f64();
     println!(
-        "  reel: {n} starts in {:.2} s = {reel_rate:.0} runs/s",
-        reel.started.as_secs_f64()
+        "  reel: {n} starts in {:.2} s = {reel_rate:.0} runs/s; CPU {:.2} s ({:.0}% of {} cores), {:.1} µs CPU per start",
+        reel.started.as_secs_f64(),
+        reel.start_cpu,
+        100.0 * reel.start_cpu
+            / reel.started.as_secs_f64()
+            / std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        reel.start_cpu * 1e6 / n as f64
     );
     let starts_row = match &raw {
         Ok((create, _)) => {
