@@ -11,6 +11,9 @@ use crate::util::*;
 struct Replay {
     events: usize,
     wake_ms: Vec<f64>,
+    /// Median ms of replaying the finished log in memory (`reel::testing::replay`):
+    /// the replay's CPU cost without the store, the actor or the fsyncs.
+    in_memory_ms: f64,
 }
 
 async fn reel_replay(runs: usize, steps: u32) -> BenchResult<Replay> {
@@ -73,8 +76,22 @@ async fn reel_replay(runs: usize, steps: u32) -> BenchResult<Replay> {
         }
         wake_ms.push(ms(elapsed));
     }
+    let log = handles[0].events().await?;
     within(LIMIT, "host.shutdown()", host.shutdown()).await?;
-    Ok(Replay { events, wake_ms })
+    let mut in_memory = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let replayed = reel::testing::replay(StepsThenWait, &log).await?;
+        in_memory.push(ms(start.elapsed()));
+        if !matches!(replayed, reel::testing::Replayed::Completed(_)) {
+            return Err(format!("in-memory replay of the finished log: {replayed:?}").into());
+        }
+    }
+    Ok(Replay {
+        events,
+        wake_ms,
+        in_memory_ms: median(in_memory),
+    })
 }
 
 /// Median ms of a raw prefix scan (collecting keys and values) of `records`
@@ -141,6 +158,10 @@ pub(crate) fn replay(rt: &tokio::runtime::Runtime, cfg: &Config) -> Row {
     };
     let wake = median(reel.wake_ms.clone());
     println!(
+        "  in-memory replay of the finished log (reel::testing, no store): median {:.2} ms",
+        reel.in_memory_ms
+    );
+    println!(
         "  reel: log of {} events; signal -> result: {} ms (median {wake:.1} ms)",
         reel.events,
         reel.wake_ms
@@ -155,7 +176,10 @@ pub(crate) fn replay(rt: &tokio::runtime::Runtime, cfg: &Config) -> Row {
     );
     Row {
         scenario: format!("replay, wake a passivated {}-event run", reel.events),
-        reel: format!("{wake:.1} ms"),
+        reel: format!(
+            "{wake:.1} ms (in-memory replay {:.1} ms)",
+            reel.in_memory_ms
+        ),
         raw: format!("{raw_median:.2} ms (scan)"),
         ratio: format!("{:.1}x", wake / raw_median),
         target: format!("{target} ({})", verdict(wake < 20.0)),
