@@ -1,6 +1,6 @@
-//! Scenario 5, entity: one long-lived run that loops `wait_for_signal` + one step, signalled
-//! 10,000 times one after another (each signal waits for the run to be suspended on
-//! the next one). Prints ms per signal over the first 100 and the last 100, against
+//! Scenario 5, entity: one long-lived run that loops `wait_for_signal` + one
+//! step, signalled 10,000 times one after another (each signal waits for the run
+//! to be suspended on the next one). Prints ms per signal over the first 100 and the last 100, against
 //! two raw insert + fdatasync measured in the same run (a signal costs two durable
 //! writes: the signal itself, then the step's result).
 //!

@@ -1,5 +1,6 @@
-//! Scenario 4, starts and recovery: 100,000 runs waiting on a signal (starts/s and memory
-//! after passivation), then reopening the store with all of them unfinished.
+//! Scenario 4, starts and recovery: 100,000 runs waiting on a signal (starts/s and
+//! memory after passivation), then reopening the store with all of them
+//! unfinished.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

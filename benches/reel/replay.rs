@@ -1,4 +1,5 @@
-//! Scenario 3, replay: waking a passivated run with a long log against a raw prefix scan.
+//! Scenario 3, replay: waking a passivated run with a long log against a raw
+//! prefix scan.
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
-//! Scenario 1, sequential: one run of 1,000 no-op steps against one raw insert + fdatasync
-//! per step.
+//! Scenario 1, sequential: one run of 1,000 no-op steps against one raw insert +
+//! fdatasync per step.
 
 use std::time::{Duration, Instant};
 

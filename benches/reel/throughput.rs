@@ -1,4 +1,5 @@
-//! Scenario 2, throughput: 10,000 concurrent runs x 10 steps against raw fjall batches.
+//! Scenario 2, throughput: 10,000 concurrent runs x 10 steps against raw fjall
+//! batches.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
