@@ -20,6 +20,7 @@
 //! on something only a new event resolves (it stays alive: the journal wakes it when
 //! the actor appends one), then one final outcome.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -108,13 +109,14 @@ where
         }
     }
 
-    fn event_at(&self, seq: u64) -> Option<Event> {
-        match &self.journal {
-            Some(j) => j.event_at(seq),
-            None => usize::try_from(seq)
-                .ok()
-                .and_then(|i| self.history.get(i).cloned()),
+    /// The event at `seq`: borrowed from `history` (the log this execution began
+    /// with, which a replay walks whole), copied from the journal only past it.
+    fn event_at<'h>(&self, history: &'h [Event], seq: u64) -> Option<Cow<'h, Event>> {
+        let i = usize::try_from(seq).ok()?;
+        if let Some(e) = history.get(i) {
+            return Some(Cow::Borrowed(e));
         }
+        self.journal.as_ref()?.event_at(seq).map(Cow::Owned)
     }
 
     /// Takes the appends the primitives queued, and starts the child runs they
@@ -164,7 +166,8 @@ where
     /// signal for a wait called since it arrived goes first: it became visible
     /// earlier than anything still to be walked.
     fn walk(&mut self) -> Walked {
-        let history_len = self.history.len() as u64;
+        let history = self.history.clone();
+        let history_len = history.len() as u64;
         if self.journal.is_none() && self.ctx.lock().replay.past_history() {
             // Replay-only: the handler made a call the history does not hold. Live,
             // that call would be recorded before anything still to be walked became
@@ -196,7 +199,7 @@ where
                 // step waits for it.
                 return Walked::Idle;
             }
-            let Some(event) = self.event_at(self.walked) else {
+            let Some(event) = self.event_at(&history, self.walked) else {
                 return Walked::Idle;
             };
             if is_result(&event) && self.walked >= durable {
@@ -217,7 +220,7 @@ where
                         return Walked::Diverged;
                     }
                 }
-                match &event {
+                match &*event {
                     Event::TimerFired { id } => {
                         st.settled.insert(id.clone());
                     }

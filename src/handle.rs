@@ -218,10 +218,19 @@ impl<W: Workflow> RunHandle<W> {
     /// does not decode into `W::Output`.
     pub async fn result(&self) -> Result<W::Output> {
         let core = self.core()?;
-        if let Some(meta) = core.meta(&self.run_id).await? {
-            self.check_workflow(&meta)?;
+        let first = core.meta(&self.run_id).await?;
+        if let Some(meta) = &first {
+            self.check_workflow(meta)?;
         }
-        let meta = core.wait_settled(&self.run_id).await?;
+        let meta = match first {
+            // Already settled: reading the state again would only cost another read.
+            Some(meta)
+                if meta.state.is_finished() || matches!(meta.state, RunState::Parked { .. }) =>
+            {
+                meta
+            }
+            _ => core.wait_settled(&self.run_id).await?,
+        };
         self.check_workflow(&meta)?;
         match meta.state {
             RunState::Completed => match core.last_event(&self.run_id).await? {

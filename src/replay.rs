@@ -55,13 +55,6 @@ impl Kind {
     }
 }
 
-/// An event that opens a primitive, in log order.
-struct Opening {
-    seq: u64,
-    id: String,
-    kind: Kind,
-}
-
 /// The primitive an event opens, if it opens one: a step's first attempt, a timer,
 /// a signal wait, a recorded value, a child.
 fn opening(e: &Event) -> Option<(&String, Kind)> {
@@ -103,14 +96,59 @@ pub(crate) fn is_opening(e: &Event) -> bool {
     opening(e).is_some()
 }
 
+/// What the log says about one step: read from the history when a step needs it
+/// (rarely: a step replayed without a result, a run failing with a step's error),
+/// not indexed up front, so replaying a long log copies no step ids.
 #[derive(Default)]
 struct StepRecord {
+    /// The log has an event of this step.
+    seen: bool,
     done: bool,
     last_started: u32,
     last_failure: Option<(u32, Option<u64>)>,
     /// Every failed attempt, recorded and (during this execution) walked, in log
     /// order.
     errors: Vec<AttemptError>,
+}
+
+impl StepRecord {
+    /// The recorded history of step `id`.
+    fn read(history: &[Event], id: &str) -> StepRecord {
+        let mut s = StepRecord::default();
+        for e in history {
+            let matched = match e {
+                Event::StepStarted { id: i, .. }
+                | Event::StepCompleted { id: i, .. }
+                | Event::StepFailed { id: i, .. } => i == id,
+                _ => false,
+            };
+            if !matched {
+                continue;
+            }
+            s.seen = true;
+            match e {
+                Event::StepStarted { attempt, .. } => {
+                    s.last_started = s.last_started.max(*attempt);
+                }
+                Event::StepCompleted { .. } => s.done = true,
+                Event::StepFailed {
+                    attempt,
+                    error,
+                    retry_at,
+                    ..
+                } => {
+                    s.errors.push(AttemptError {
+                        attempt: *attempt,
+                        error: error.clone(),
+                    });
+                    s.last_failure = Some((*attempt, *retry_at));
+                    s.done |= retry_at.is_none();
+                }
+                _ => {}
+            }
+        }
+        s
+    }
 }
 
 /// How a step that has no recorded result goes on, once replay has caught up.
@@ -150,12 +188,17 @@ pub(crate) enum Opened {
 
 /// The replay state of one execution.
 pub(crate) struct Replay {
-    opens: Vec<Opening>,
+    /// The recorded log; openings and steps are read from it in place.
+    history: Arc<Vec<Event>>,
+    /// Positions in `history` of the events that open a primitive, in log order.
+    opens: Vec<usize>,
     /// Calls matched so far (the next call is matched against `opens[cursor]`).
     cursor: usize,
     /// Recorded openings the walk has passed.
     walked_opens: usize,
-    steps: HashMap<String, StepRecord>,
+    /// Failed attempts walked during this execution (past the recorded history),
+    /// by step id.
+    live_failures: HashMap<String, Vec<AttemptError>>,
     /// Due times of the timers and timed waits the log created.
     due: HashMap<String, u64>,
     /// Timers that fired or were cancelled in the log.
@@ -173,10 +216,11 @@ impl Replay {
     /// Indexes a recorded log.
     pub(crate) fn new(history: &Arc<Vec<Event>>) -> Replay {
         let mut r = Replay {
+            history: history.clone(),
             opens: Vec::new(),
             cursor: 0,
             walked_opens: 0,
-            steps: HashMap::new(),
+            live_failures: HashMap::new(),
             due: HashMap::new(),
             settled: HashSet::new(),
             children_done: HashSet::new(),
@@ -187,37 +231,17 @@ impl Replay {
             diverged: None,
         };
         for (seq, e) in history.iter().enumerate() {
-            if let Some((id, kind)) = opening(e) {
-                r.opens.push(Opening {
-                    seq: seq as u64,
-                    id: id.clone(),
-                    kind,
-                });
+            if is_opening(e) {
+                r.opens.push(seq);
             }
             match e {
-                Event::StepStarted { id, attempt } => {
-                    let s = r.steps.entry(id.clone()).or_default();
-                    s.last_started = s.last_started.max(*attempt);
-                }
-                Event::StepCompleted { id, .. } => {
-                    r.steps.entry(id.clone()).or_default().done = true;
-                }
                 Event::StepFailed {
                     id,
                     attempt,
-                    error,
-                    retry_at,
+                    retry_at: Some(at),
+                    ..
                 } => {
-                    let s = r.steps.entry(id.clone()).or_default();
-                    s.errors.push(AttemptError {
-                        attempt: *attempt,
-                        error: error.clone(),
-                    });
-                    s.last_failure = Some((*attempt, *retry_at));
-                    s.done |= retry_at.is_none();
-                    if let Some(at) = retry_at {
-                        r.due.insert(retry_timer_id(id, *attempt), *at);
-                    }
+                    r.due.insert(retry_timer_id(id, *attempt), *at);
                 }
                 Event::TimerScheduled { id, fire_at } => {
                     r.due.insert(id.clone(), *fire_at);
@@ -241,6 +265,21 @@ impl Replay {
         r
     }
 
+    /// The `k`-th recorded opening: its sequence number, id and kind.
+    fn open_at(&self, k: usize) -> Option<(u64, &String, Kind)> {
+        let seq = *self.opens.get(k)?;
+        let (id, kind) = opening(self.history.get(seq)?)?;
+        Some((seq as u64, id, kind))
+    }
+
+    /// Whether the `k`-th recorded opening is a patch marker.
+    fn is_patch_at(&self, k: usize) -> bool {
+        self.opens
+            .get(k)
+            .and_then(|&seq| self.history.get(seq))
+            .is_some_and(|e| matches!(e, Event::Patched { .. }))
+    }
+
     /// The divergence that stopped this execution, if any.
     pub(crate) fn diverged(&self) -> Option<&Error> {
         self.diverged.as_ref()
@@ -256,7 +295,11 @@ impl Replay {
     /// The id of a step call: its name, `name#k` for the k-th call with that name.
     pub(crate) fn step_id(&mut self, name: &str) -> String {
         loop {
-            let n = self.step_names.entry(name.to_owned()).or_insert(0);
+            // The name is copied once, on its first call, not on every call.
+            let n = match self.step_names.get_mut(name) {
+                Some(n) => n,
+                None => self.step_names.entry(name.to_owned()).or_insert(0),
+            };
             *n += 1;
             let id = if *n == 1 {
                 name.to_owned()
@@ -281,12 +324,13 @@ impl Replay {
         }
         let k = self.skip_patch_markers(self.cursor);
         self.cursor = k + 1;
-        match self.opens.get(k) {
+        match self.open_at(k) {
             None => Ok(Opened::New),
-            Some(o) if o.id == id && o.kind == kind => Ok(Opened::Replayed),
-            Some(o) => {
-                let found = format!("called {}", kind.describe(id));
-                Err(self.diverge(o.seq, o.kind.describe(&o.id), found))
+            Some((_, oid, okind)) if *oid == id && okind == kind => Ok(Opened::Replayed),
+            Some((seq, oid, okind)) => {
+                let (expected, found) =
+                    (okind.describe(oid), format!("called {}", kind.describe(id)));
+                Err(self.diverge(seq, expected, found))
             }
         }
     }
@@ -295,7 +339,7 @@ impl Replay {
     /// no call consumes is skipped: its `ctx.patched` call was deprecated and then
     /// removed from the code, which is safe because a marker carries no result.
     fn skip_patch_markers(&self, mut k: usize) -> usize {
-        while self.opens.get(k).is_some_and(|o| o.kind == Kind::Patch) {
+        while self.is_patch_at(k) {
             k += 1;
         }
         k
@@ -319,12 +363,12 @@ impl Replay {
         }
         let mut k = self.cursor;
         let found = loop {
-            match self.opens.get(k) {
-                Some(o) if o.kind == Kind::Patch && o.id == id => {
+            match self.open_at(k) {
+                Some((_, oid, Kind::Patch)) if *oid == id => {
                     self.cursor = k + 1;
                     break Patch::Marked;
                 }
-                Some(o) if o.kind == Kind::Patch => k += 1,
+                Some((_, _, Kind::Patch)) => k += 1,
                 Some(_) => break Patch::Unpatched,
                 None => {
                     if !deprecate {
@@ -350,16 +394,19 @@ impl Replay {
             return Err(e.clone());
         }
         let k = self.walked_opens;
-        let Some(o) = self.opens.get(k) else {
+        if k >= self.opens.len() {
             return Ok(());
-        };
+        }
         self.walked_opens += 1;
         // A patch marker not reached yet: its call may have been removed (see
         // `skip_patch_markers`); a marker decides nothing by itself.
-        if k < self.cursor || o.kind == Kind::Patch {
+        if k < self.cursor || self.is_patch_at(k) {
             return Ok(());
         }
-        let (seq, expected) = (o.seq, o.kind.describe(&o.id));
+        let Some((seq, oid, okind)) = self.open_at(k) else {
+            return Ok(());
+        };
+        let expected = okind.describe(oid);
         Err(self.diverge(seq, expected, waiting()))
     }
 
@@ -387,10 +434,10 @@ impl Replay {
         if let Some(e) = &self.diverged {
             return Err(e.clone());
         }
-        match self.opens.get(self.skip_patch_markers(self.cursor)) {
+        match self.open_at(self.skip_patch_markers(self.cursor)) {
             None => Ok(()),
-            Some(o) => {
-                let (seq, expected) = (o.seq, o.kind.describe(&o.id));
+            Some((seq, oid, okind)) => {
+                let expected = okind.describe(oid);
                 Err(self.diverge(seq, expected, "returned before reaching it".to_owned()))
             }
         }
@@ -398,12 +445,13 @@ impl Replay {
 
     /// How a replayed step with no recorded result goes on.
     pub(crate) fn plan_step(&self, id: &str) -> StepPlan {
-        let Some(s) = self.steps.get(id) else {
+        let s = StepRecord::read(&self.history, id);
+        if !s.seen {
             return StepPlan::Run {
                 attempt: 1,
                 record: true,
             };
-        };
+        }
         match s.last_failure {
             Some((attempt, Some(fire_at))) if attempt >= s.last_started => {
                 let timer_id = retry_timer_id(id, attempt);
@@ -432,14 +480,22 @@ impl Replay {
     /// Notes a step's failed attempt walked during this execution (the recorded
     /// ones are indexed already).
     pub(crate) fn note_step_failure(&mut self, id: &str, attempt: u32, error: &str) {
-        self.steps
+        self.live_failures
             .entry(id.to_owned())
             .or_default()
-            .errors
             .push(AttemptError {
                 attempt,
                 error: error.to_owned(),
             });
+    }
+
+    /// Every failed attempt of step `id`: recorded, then walked live, in log order.
+    fn step_errors(&self, id: &str) -> Vec<AttemptError> {
+        let mut errors = StepRecord::read(&self.history, id).errors;
+        if let Some(live) = self.live_failures.get(id) {
+            errors.extend(live.iter().cloned());
+        }
+        errors
     }
 
     /// The failure a run records for the handler's error `e`. [`Error::Step`] has
@@ -453,10 +509,11 @@ impl Replay {
             message,
             attempts,
         } = &mut failure
-            && let Some(s) = self.steps.get(step.as_str())
-            && s.errors.last().is_some_and(|last| last.error == *message)
         {
-            attempts.clone_from(&s.errors);
+            let errors = self.step_errors(step);
+            if errors.last().is_some_and(|last| last.error == *message) {
+                *attempts = errors;
+            }
         }
         failure
     }
