@@ -134,7 +134,9 @@ async fn replay_agrees_with_live_runs_of_random_programs() -> anyhow::Result<()>
     eprintln!(
         "replay_differential: {done} cases in {elapsed:.1?}; {} runs (children included), \
          {} executions; {} host restarts cut {} unfinished runs; {} runs ended cancelled, \
-         {} completed after a cancel request; runs whose trace shows a reaction to it: {:?}",
+         {} completed after a cancel request; runs whose trace shows a reaction to it: {:?}; \
+         {} ContinuedAsNew events, {} of them carrying {} signals in all, {} carried signals \
+         taken by a later segment, {} cancel requests carried; {} prefix replays continued as new",
         executions.len(),
         executions.iter().sum::<usize>(),
         stats::RESTARTS.load(Ordering::Relaxed),
@@ -142,6 +144,12 @@ async fn replay_agrees_with_live_runs_of_random_programs() -> anyhow::Result<()>
         stats::ENDED_CANCELLED.load(Ordering::Relaxed),
         stats::COMPLETED_AFTER_CANCEL.load(Ordering::Relaxed),
         lock(&stats::REACTIONS),
+        stats::CONTINUED.load(Ordering::Relaxed),
+        stats::CARRIED_SOME.load(Ordering::Relaxed),
+        stats::CARRIED.load(Ordering::Relaxed),
+        stats::CARRIED_CONSUMED.load(Ordering::Relaxed),
+        stats::CANCEL_CARRIED.load(Ordering::Relaxed),
+        stats::PREFIX_CONTINUED.load(Ordering::Relaxed),
     );
 
     if keep_going {
