@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use reel::Event;
 
-use super::checks::{Failure, fail};
+use super::checks::{Failure, fail, show_log};
 use super::program::begins;
 use super::stats;
 
@@ -69,6 +69,29 @@ fn consumed(line: &str) -> Option<String> {
 
 type Bag = BTreeMap<String, u32>;
 
+/// The `n` signals carried into segment `next`: the first of its batch (after its
+/// `RunStarted`, among deadlines and a cancel request). `Err`: how many are missing.
+fn carried_into(events: &[Event], next: &Segment, n: u32) -> Result<Bag, u32> {
+    let mut bag = Bag::new();
+    let mut left = n;
+    for e in &events[next.start + 1..next.end] {
+        if left == 0 {
+            break;
+        }
+        match e {
+            Event::SignalReceived {
+                name, signal_id, ..
+            } => {
+                add(&mut bag, key(name, signal_id));
+                left -= 1;
+            }
+            Event::Deadline { .. } | Event::CancelRequested { .. } => {}
+            _ => break,
+        }
+    }
+    if left > 0 { Err(left) } else { Ok(bag) }
+}
+
 fn add(bag: &mut Bag, k: String) {
     *bag.entry(k).or_default() += 1;
 }
@@ -121,39 +144,22 @@ pub(crate) fn check_signals(
             stats::CARRIED_CONSUMED.fetch_add(u64::from(from), Ordering::Relaxed);
         }
         let mut had = Bag::new();
-        let mut next_in = Bag::new();
-        let batch_end = segs
-            .get(k + 1)
-            .map(|n| {
-                let mut left = seg.carried.unwrap_or(0);
-                let mut i = n.start + 1;
-                while left > 0 && i < events.len() {
-                    match &events[i] {
-                        Event::SignalReceived {
-                            name, signal_id, ..
-                        } => {
-                            add(&mut next_in, key(name, signal_id));
-                            left -= 1;
-                        }
-                        Event::Deadline { .. } | Event::CancelRequested { .. } => {}
-                        _ => break,
-                    }
-                    i += 1;
-                }
-                (left, i)
-            })
-            .unwrap_or((0, 0));
-        if batch_end.0 > 0 {
-            return Err(fail(
-                "signal-lost",
-                format!(
-                    "run {run_id}: segment {k} says it carried {:?} signals, segment {} begins with {} fewer",
-                    seg.carried,
-                    k + 1,
-                    batch_end.0
-                ),
-            ));
-        }
+        let next_in = match segs.get(k + 1) {
+            None => Bag::new(),
+            Some(next) => {
+                let n = seg.carried.unwrap_or(0);
+                carried_into(events, next, n).map_err(|missing| {
+                    fail(
+                        "signal-lost",
+                        format!(
+                            "run {run_id}: segment {k} says it carried {n} signals, segment {} begins with {missing} fewer\n  log: {}",
+                            k + 1,
+                            show_log(events)
+                        ),
+                    )
+                })?
+            }
+        };
         // The first signals of a later segment are the copies carried in.
         let carried_here = if k == 0 {
             0

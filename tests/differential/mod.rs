@@ -58,7 +58,8 @@ pub(crate) mod stats {
     /// How many final traces show each reaction to a cancel.
     pub(crate) static REACTIONS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
     /// What a trace line shows, for [`REACTIONS`].
-    pub(crate) const MARKS: [(&str, &str); 5] = [
+    pub(crate) const MARKS: [(&str, &str); 6] = [
+        ("continue refused", "continue_as_new cancelled"),
         ("select branch", "saw the cancel"),
         ("is_cancelled", "is_cancelled -> true"),
         ("shielded cleanup", "cleans up"),
