@@ -33,6 +33,21 @@
 //!    `StepCtx::cancelled`, and every cancellation error is recorded in the trace
 //!    where the handler saw it.
 //!
+//! 7. continue-as-new: some runs continue as new (`ctx.continue_as_new`) one to
+//!    three times, at the end of their program or at a point of its top-level
+//!    `seq`; each segment re-runs the program (later ones after a prologue of waits
+//!    on a signal the program never waits on, so the first segment's copies of it
+//!    are carried over), and the next segment's input carries the trace so far, so
+//!    the output is every segment's trace. A replay of the final log replays its
+//!    last segment; a prefix that ends in an older segment replays that one and
+//!    observes a prefix of the live trace, or continues as new exactly where the
+//!    live run did (`Replayed::ContinuedAsNew`: required once the prefix holds the
+//!    whole segment). Each segment's signals are those its handler took plus those
+//!    carried into the next (`signal-lost`), no signal arrives again in a later
+//!    segment unless carried (`signal-doubled`), a cancel request is carried over
+//!    (`cancel-lost`), and checks 5 and 1-4 hold per segment (step ids repeat
+//!    across segments; idempotency keys do not).
+//!
 //! Child runs started by a program get the same checks.
 //!
 //! The interpreter's output is the *trace* of what its handler observed, in the
@@ -50,7 +65,9 @@
 //! `REEL_DIFF_SHRINK_SECS` (time spent shrinking a failure, default 60; 0 = off),
 //! `REEL_DIFF_HANG_SECS` (how long a run may take, default 20), `REEL_DIFF_ONLY_SEQ=1`
 //! (programs without concurrency: a check of the harness itself),
-//! `REEL_DIFF_CANCEL` (percentage of cases asked to cancel, default 35; 0 = none).
+//! `REEL_DIFF_CANCEL` (percentage of cases asked to cancel, default 35; 0 = none),
+//! `REEL_DIFF_CAN` (percentage of cases that continue as new, default 40; 0 =
+//! none).
 //!
 //! Every case runs its program twice, on two hosts at once (one left alone, one shut
 //! down and reopened), next to the other programs of its batch; a failure prints the
@@ -134,7 +151,9 @@ async fn replay_agrees_with_live_runs_of_random_programs() -> anyhow::Result<()>
     eprintln!(
         "replay_differential: {done} cases in {elapsed:.1?}; {} runs (children included), \
          {} executions; {} host restarts cut {} unfinished runs; {} runs ended cancelled, \
-         {} completed after a cancel request; runs whose trace shows a reaction to it: {:?}",
+         {} completed after a cancel request; runs whose trace shows a reaction to it: {:?}; \
+         {} ContinuedAsNew events, {} of them carrying {} signals in all, {} carried signals \
+         taken by a later segment, {} cancel requests carried; {} prefix replays continued as new",
         executions.len(),
         executions.iter().sum::<usize>(),
         stats::RESTARTS.load(Ordering::Relaxed),
@@ -142,6 +161,12 @@ async fn replay_agrees_with_live_runs_of_random_programs() -> anyhow::Result<()>
         stats::ENDED_CANCELLED.load(Ordering::Relaxed),
         stats::COMPLETED_AFTER_CANCEL.load(Ordering::Relaxed),
         lock(&stats::REACTIONS),
+        stats::CONTINUED.load(Ordering::Relaxed),
+        stats::CARRIED_SOME.load(Ordering::Relaxed),
+        stats::CARRIED.load(Ordering::Relaxed),
+        stats::CARRIED_CONSUMED.load(Ordering::Relaxed),
+        stats::CANCEL_CARRIED.load(Ordering::Relaxed),
+        stats::PREFIX_CONTINUED.load(Ordering::Relaxed),
     );
 
     if keep_going {

@@ -7,8 +7,12 @@ use std::fmt;
 use reel::testing::{Replayed, replay};
 use reel::{Error, Event};
 
+use std::sync::atomic::Ordering;
+
+use super::carried::{Segment, check_signals, segments};
 use super::interp::{BODY_COMPLETIONS, Executions, Interp, executions_of, last_trace};
-use super::{HANG, lock};
+use super::program::begins;
+use super::{HANG, lock, stats};
 
 /// A property that did not hold, with what shows it.
 #[derive(Clone, Debug)]
@@ -50,6 +54,28 @@ fn agrees(
         (Replayed::Completed(o), Ending::Completed(out)) => o == out,
         (Replayed::Failed(Error::Cancelled(r)), Ending::Cancelled(reason)) => {
             r == reason && seen == trace
+        }
+        _ => false,
+    }
+}
+
+/// What a replay of a prefix of an older segment (`k`, which continued as new)
+/// must show: a prefix of the live trace, and continuing as new (`version`) exactly
+/// where the live run did (the trace goes on with the next segment's beginning);
+/// that, not `Pending`, once the prefix holds the whole segment (`whole`).
+fn agrees_older(
+    r: &Replayed<Vec<String>>,
+    seen: &[String],
+    trace: &[String],
+    k: usize,
+    version: u32,
+    whole: bool,
+) -> bool {
+    let prefix = trace.starts_with(seen);
+    match r {
+        Replayed::Pending(_) => !whole && prefix,
+        Replayed::ContinuedAsNew { version: v } => {
+            *v == version && prefix && trace.get(seen.len()) == Some(&begins(k as u8 + 1))
         }
         _ => false,
     }
@@ -171,48 +197,115 @@ pub(crate) async fn check_run(
     } else {
         events.len()
     };
+    let segs = segments(events);
     for n in 1..prefixes {
         let what = format!("the first {n} events");
         let (r, seen) = replay_observing(run_id, &events[..n], &what).await?;
-        if !r
-            .as_ref()
-            .is_ok_and(|r| agrees(r, &seen, ending, &trace, false))
-        {
+        // The segment the replay picks: the prefix's last `RunStarted`.
+        let k = segs.iter().rposition(|s| s.start < n).unwrap_or(0);
+        if let Ok(Replayed::ContinuedAsNew { .. }) = &r {
+            stats::PREFIX_CONTINUED.fetch_add(1, Ordering::Relaxed);
+        }
+        let ok = match segs.get(k + 1) {
+            None => r
+                .as_ref()
+                .is_ok_and(|r| agrees(r, &seen, ending, &trace, false)),
+            Some(next) => {
+                let version = match &events[next.start] {
+                    Event::RunStarted { version, .. } => *version,
+                    _ => 0,
+                };
+                r.as_ref()
+                    .is_ok_and(|r| agrees_older(r, &seen, &trace, k, version, n >= segs[k].end))
+            }
+        };
+        if !ok {
             return Err(fail(
                 "prefix-replay",
                 format!(
-                    "run {run_id}: replay of the first {n} of {} events gave {r:?}, observing\n  {seen:?}\n  live trace ({ending:?})\n  {trace:?}\n  log: {}",
+                    "run {run_id}: replay of the first {n} of {} events (segment {k} of {}) gave {r:?}, observing\n  {seen:?}\n  live trace ({ending:?})\n  {trace:?}\n  log: {}",
                     events.len(),
+                    segs.len(),
                     log()
                 ),
             ));
         }
     }
 
-    // Steps: one completion per id, and a recorded body ran to completion once.
-    let mut completed: BTreeMap<&str, u32> = BTreeMap::new();
-    for e in events {
-        if let Event::StepCompleted { id, .. } = e {
-            *completed.entry(id.as_str()).or_default() += 1;
-        }
-    }
-    if let Some((id, n)) = completed.iter().find(|(_, n)| **n > 1) {
-        return Err(fail(
-            "step-completed-twice",
-            format!("run {run_id}: step `{id}` completed {n} times in the log"),
-        ));
-    }
+    check_steps(run_id, events, &segs)?;
+    check_cancel_carried(run_id, events, &segs)?;
+    check_signals(run_id, events, &trace)
+}
+
+/// Steps: one completion per id within a segment (ids repeat across segments), and
+/// a recorded body ran to completion once (its idempotency key names the segment).
+fn check_steps(run_id: &str, events: &[Event], segs: &[Segment]) -> Result<(), Failure> {
     let bodies = lock(&BODY_COMPLETIONS).clone();
-    for id in completed.keys() {
-        let n = bodies.get(&format!("{run_id}/{id}")).copied().unwrap_or(0);
-        if n > 1 {
+    for (k, seg) in segs.iter().enumerate() {
+        let mut completed: BTreeMap<&str, u32> = BTreeMap::new();
+        for e in &events[seg.start..seg.end] {
+            if let Event::StepCompleted { id, .. } = e {
+                *completed.entry(id.as_str()).or_default() += 1;
+            }
+        }
+        if let Some((id, n)) = completed.iter().find(|(_, n)| **n > 1) {
             return Err(fail(
-                "body-rerun",
-                format!("run {run_id}: body of recorded step `{id}` ran to completion {n} times"),
+                "step-completed-twice",
+                format!("run {run_id}: step `{id}` completed {n} times in segment {k} of the log"),
             ));
+        }
+        for id in completed.keys() {
+            let key = idempotency_key(run_id, k, id);
+            let n = bodies.get(&key).copied().unwrap_or(0);
+            if n > 1 {
+                return Err(fail(
+                    "body-rerun",
+                    format!(
+                        "run {run_id}: body of recorded step `{id}` (segment {k}, key {key}) ran to completion {n} times"
+                    ),
+                ));
+            }
         }
     }
     Ok(())
+}
+
+/// A cancel request an older segment received is carried into the next one
+/// (`cancel-lost`).
+fn check_cancel_carried(run_id: &str, events: &[Event], segs: &[Segment]) -> Result<(), Failure> {
+    let requested = |s: &Segment| {
+        events[s.start..s.end]
+            .iter()
+            .any(|e| matches!(e, Event::CancelRequested { .. }))
+    };
+    for (k, pair) in segs.windows(2).enumerate() {
+        if requested(&pair[0]) {
+            stats::CANCEL_CARRIED.fetch_add(1, Ordering::Relaxed);
+            if !requested(&pair[1]) {
+                return Err(fail(
+                    "cancel-lost",
+                    format!(
+                        "run {run_id}: segment {k} was asked to cancel, segment {} was not\n  log: {}",
+                        k + 1,
+                        show_log(events)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `StepCtx::idempotency_key`: the run id with `%` and `/` escaped, `%S<k>` after
+/// the first segment, then the step id.
+fn idempotency_key(run_id: &str, segment: usize, step_id: &str) -> String {
+    let run = run_id.replace('%', "%25").replace('/', "%2F");
+    let segment = if segment > 0 {
+        format!("%S{segment}")
+    } else {
+        String::new()
+    };
+    format!("{run}{segment}/{step_id}")
 }
 
 /// The log in short, for failure reports.
@@ -250,6 +343,7 @@ pub(crate) fn show_log(events: &[Event]) -> String {
                 Event::Published { key, .. } => format!("Published({key})"),
                 Event::RunCompleted { .. } => "RunCompleted".to_owned(),
                 Event::RunCancelled { .. } => "RunCancelled".to_owned(),
+                Event::ContinuedAsNew { carried } => format!("ContinuedAsNew({carried})"),
                 other => format!("{other:?}"),
             };
             format!("{i}:{s}")

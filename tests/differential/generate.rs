@@ -13,6 +13,8 @@ use super::env_u64;
 use super::program::{Node, Program};
 
 const SIGNAL_NAMES: [&str; 3] = ["a", "b", "c"];
+/// The signal only prologues wait on (see [`Program::prologue`]).
+const PROLOGUE_SIGNAL: &str = "d";
 const STEP_NAMES: [&str; 4] = ["s0", "s1", "s2", "s3"];
 const PATCH_IDS: [&str; 2] = ["p1", "p2"];
 const PUBLISH_KEYS: [&str; 2] = ["k1", "k2"];
@@ -34,6 +36,9 @@ pub(crate) struct Case {
     /// Delays between the restarts of the restarted copy (used from the batch's first
     /// case).
     pub(crate) restart_delays: Vec<u8>,
+    /// See [`Program::segments`] and [`Program::prologue`].
+    pub(crate) segments: u8,
+    pub(crate) prologue: Option<Node>,
 }
 
 /// What the test sends a run.
@@ -62,12 +67,18 @@ impl Case {
             root: self.program.clone(),
             complete_on_cancel: self.complete_on_cancel,
             biased_races: self.cancel_at.is_some(),
+            segments: self.segments,
+            segment: 0,
+            before: Vec::new(),
+            prologue: self.prologue.clone(),
         }
     }
 
-    /// One delivery per wait on each name, so no wait without deadline can hang
-    /// (a wait that times out consumes none; a dropped select loser consumes at most
-    /// one, as any wait does), then the cancel request if any.
+    /// One delivery per wait on each name in every segment (the root's in each, the
+    /// prologue's in each but the first), so no wait without deadline can hang (a
+    /// wait that times out consumes none; a dropped select loser consumes at most
+    /// one, as any wait does; signals a segment does not consume carry over), then
+    /// the cancel request if any.
     pub(crate) fn deliveries(&self) -> Vec<Delivery> {
         fn walk(n: &Node, out: &mut Vec<(Sent, String)>) {
             match n {
@@ -88,7 +99,12 @@ impl Case {
             }
         }
         let mut waits = Vec::new();
-        walk(&self.program, &mut waits);
+        for k in 0..=self.segments {
+            if let (true, Some(p)) = (k > 0, &self.prologue) {
+                walk(p, &mut waits);
+            }
+            walk(&self.program, &mut waits);
+        }
         let mut counts: BTreeMap<(bool, String), u32> = BTreeMap::new();
         let mut out = waits
             .into_iter()
@@ -134,6 +150,14 @@ impl fmt::Display for Case {
                 Sent::Cancel => format!("CANCEL at {}ms", d.delay_ms),
             })
             .collect::<Vec<_>>();
+        if self.segments > 0 {
+            let prologue = self
+                .prologue
+                .as_ref()
+                .map(|p| format!(", each later one after the prologue {p}"))
+                .unwrap_or_default();
+            writeln!(f, "continues as new {} times{prologue}", self.segments)?;
+        }
         writeln!(f, "deliveries: [{}]", deliveries.join(", "))?;
         if self.cancel_at.is_some() {
             let end = if self.complete_on_cancel {
@@ -334,6 +358,42 @@ fn without_unordered(node: Node) -> Node {
     }
 }
 
+/// How many times a case's run continues as new: `REEL_DIFF_CAN` is the
+/// percentage of cases that do (default 40; 0 = none), one to three times (once
+/// most often: each segment re-runs the program, which costs time).
+fn segments() -> BoxedStrategy<u8> {
+    let times = prop_oneof![3 => Just(1u8), 2 => Just(2u8), 1 => Just(3u8)];
+    match env_u64("REEL_DIFF_CAN", 40) {
+        0 => Just(0u8).boxed(),
+        p if p >= 100 => times.boxed(),
+        p => option::weighted(p as f64 / 100.0, times)
+            .prop_map(Option::unwrap_or_default)
+            .boxed(),
+    }
+}
+
+/// What later segments run first: waits on a signal the root never waits on.
+fn prologue() -> BoxedStrategy<Node> {
+    let name = || Just(PROLOGUE_SIGNAL.to_owned());
+    let wait = prop_oneof![
+        2 => name().prop_map(|name| Node::Wait { name }),
+        1 => (name(), duration()).prop_map(|(name, ms)| Node::WaitTimeout { name, ms }),
+    ];
+    vec(wait, 1..3).prop_map(Node::Seq).boxed()
+}
+
+/// `program` with a `continue_as_new` at `at` of its own `seq` (not first), if it
+/// is a `seq` of two or more nodes.
+fn with_continue(program: Node, at: Option<Index>) -> Node {
+    match (program, at) {
+        (Node::Seq(mut xs), Some(at)) if xs.len() >= 2 => {
+            xs.insert(1 + at.index(xs.len() - 1), Node::ContinueAsNew);
+            Node::Seq(xs)
+        }
+        (program, _) => program,
+    }
+}
+
 pub(crate) fn case() -> BoxedStrategy<Case> {
     (
         leaf().prop_recursive(3, 12, 3, composite),
@@ -341,18 +401,40 @@ pub(crate) fn case() -> BoxedStrategy<Case> {
         cancel_at(),
         any::<bool>(),
         vec(0u8..=50, 1..=3),
+        (
+            segments(),
+            option::weighted(0.7, prologue()),
+            option::weighted(0.3, any::<Index>()),
+        ),
     )
         .prop_map(
-            |(program, delivery_delays, cancel_at, complete_on_cancel, restart_delays)| Case {
-                program: if cancel_at.is_some() && !cancel_unordered() {
-                    without_unordered(program)
-                } else {
-                    program
-                },
+            |(
+                program,
                 delivery_delays,
                 cancel_at,
                 complete_on_cancel,
                 restart_delays,
+                (segments, prologue, continue_at),
+            )| {
+                let program = if cancel_at.is_some() && !cancel_unordered() {
+                    without_unordered(program)
+                } else {
+                    program
+                };
+                let (program, prologue) = if segments > 0 {
+                    (with_continue(program, continue_at), prologue)
+                } else {
+                    (program, None)
+                };
+                Case {
+                    program,
+                    delivery_delays,
+                    cancel_at,
+                    complete_on_cancel,
+                    restart_delays,
+                    segments,
+                    prologue,
+                }
             },
         )
         .boxed()

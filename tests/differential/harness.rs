@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::checks::{Ending, Failure, check_run, fail, show_log};
 use super::generate::{Case, Delivery, Sent};
 use super::interp::{Interp, executions_of, last_trace};
-use super::program::child_runs;
+use super::program::{child_runs, root_path};
 use super::{lock, ms, stats};
 
 /// Makes every run id of this process unique (shrinking reruns programs).
@@ -154,6 +154,15 @@ fn tally(run_id: &str, ending: &Ending, events: &[Event]) {
             out.clone()
         }
     };
+    for e in events {
+        if let Event::ContinuedAsNew { carried } = e {
+            stats::CONTINUED.fetch_add(1, Ordering::Relaxed);
+            stats::CARRIED.fetch_add(u64::from(*carried), Ordering::Relaxed);
+            if *carried > 0 {
+                stats::CARRIED_SOME.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
     let mut reactions = lock(&stats::REACTIONS);
     for (name, mark) in stats::MARKS {
         if trace.iter().any(|l| l.contains(mark)) {
@@ -171,7 +180,9 @@ async fn finish_and_check(
 ) -> Result<(), Failure> {
     let cancelled = case.cancel_at.is_some();
     let mut runs = vec![(run_id.to_owned(), case.complete_on_cancel)];
-    child_runs(&case.program, run_id, "r", &mut runs);
+    for k in 0..=case.segments {
+        child_runs(&case.program, run_id, &root_path(k), &mut runs);
+    }
     for (i, (run, completes)) in runs.iter().enumerate() {
         let h = host.handle::<Interp>(run);
         if i > 0 && matches!(h.status().await, Err(reel::Error::UnknownRun(_))) {

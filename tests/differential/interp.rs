@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use reel::{Ctx, Error, RetryPolicy, Workflow};
 
-use super::program::{Node, Program, child_run_id};
+use super::program::{Node, Program, begins, child_run_id, root_path};
 use super::{lock, ms};
 
 /// What one execution of a handler observed, in order.
@@ -50,31 +50,76 @@ impl Workflow for Interp {
     type Output = Vec<String>;
 
     async fn run(&self, ctx: Ctx, input: Program) -> reel::Result<Vec<String>> {
-        let trace = Trace::default();
+        // The trace goes on from the earlier segments'.
+        let trace = Trace::new(Mutex::new(input.before.clone()));
+        let k = input.segment;
+        if k > 0 {
+            note(&trace, begins(k));
+        }
         let sink = match &self.sink {
             Some(s) => s.clone(),
             None => executions_of(ctx.run_id()),
         };
         lock(&sink).push(trace.clone());
+        let input = Arc::new(input);
         let cx = Cx {
             ctx,
-            run: Arc::from(input.run),
+            run: Arc::from(input.run.as_str()),
             trace: trace.clone(),
             biased: input.biased_races,
+            input: input.clone(),
         };
-        match eval(&cx, &input.root, "r").await {
+        let root = root_path(k);
+        let mut result = Ok(());
+        if let (true, Some(prologue)) = (k > 0, &input.prologue) {
+            result = eval(&cx, prologue, &format!("s{k}p")).await;
+        }
+        if result.is_ok() {
+            result = eval(&cx, &input.root, &root).await;
+        }
+        if result.is_ok() && k < input.segments {
+            result = continue_as_new(&cx, &root).await;
+        }
+        match result {
             Ok(()) => {}
             Err(Error::Cancelled(reason)) if input.complete_on_cancel => {
-                note(&trace, format!("r completes after the cancel ({reason})"));
+                note(
+                    &trace,
+                    format!("{root} completes after the cancel ({reason})"),
+                );
             }
             Err(e) => {
-                note(&trace, format!("r ends with {e}"));
+                note(&trace, format!("{root} ends with {e}"));
                 return Err(e);
             }
         }
         let observed = lock(&trace).clone();
         Ok(observed)
     }
+}
+
+/// `ctx.continue_as_new` with the next segment's input (the trace so far), if the
+/// run has segments left. It never returns `Ok` when called: the handler ends, or
+/// the run has seen a cancel request (`Error::Cancelled`, recorded).
+fn continue_as_new(cx: &Cx, path: &str) -> BoxFuture<'static, reel::Result<()>> {
+    let input = &cx.input;
+    if input.segment >= input.segments {
+        return Box::pin(ready(Ok(())));
+    }
+    let next = Program {
+        before: lock(&cx.trace).clone(),
+        segment: input.segment + 1,
+        ..(**input).clone()
+    };
+    let call = cx.ctx.continue_as_new::<Interp>(next);
+    let (t, path) = (cx.trace.clone(), path.to_owned());
+    Box::pin(async move {
+        let out = call
+            .await
+            .map_err(|e| seen(&t, &path, "continue_as_new", e))?;
+        note(&t, format!("{path} continue_as_new returned {out:?}"));
+        Ok(())
+    })
 }
 
 /// What a handler evaluates a node with.
@@ -84,6 +129,8 @@ struct Cx {
     run: Arc<str>,
     trace: Trace,
     biased: bool,
+    /// The run's input (its segment and how many it has).
+    input: Arc<Program>,
 }
 
 fn note(trace: &Trace, what: String) {
@@ -201,6 +248,10 @@ fn eval(cx: &Cx, node: &Node, path: &str) -> BoxFuture<'static, reel::Result<()>
                 root: (**program).clone(),
                 complete_on_cancel: *complete_on_cancel,
                 biased_races: cx.biased,
+                segments: 0,
+                segment: 0,
+                before: Vec::new(),
+                prologue: None,
             };
             let child = ctx.child::<Interp>(&run, input);
             Box::pin(async move {
@@ -234,6 +285,7 @@ fn eval(cx: &Cx, node: &Node, path: &str) -> BoxFuture<'static, reel::Result<()>
                 Ok(())
             })
         }
+        Node::ContinueAsNew => continue_as_new(cx, &path),
         Node::Guard {
             body,
             cleanup,

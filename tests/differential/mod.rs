@@ -7,8 +7,10 @@
 //! - `interp`: the `Interp` workflow, which runs a program and returns its trace.
 //! - `harness`: hosts, restarts, deliveries, waiting for runs to end.
 //! - `checks`: what must hold of a finished run, its log and its replays.
+//! - `carried`: a log's segments, and the signals carried from one to the next.
 //! - `shrink`: reruns and shrinks a failing case.
 
+pub(crate) mod carried;
 pub(crate) mod checks;
 pub(crate) mod generate;
 pub(crate) mod harness;
@@ -41,10 +43,23 @@ pub(crate) mod stats {
     pub(crate) static ENDED_CANCELLED: AtomicU64 = AtomicU64::new(0);
     /// Runs whose handler saw a cancel request and still completed.
     pub(crate) static COMPLETED_AFTER_CANCEL: AtomicU64 = AtomicU64::new(0);
+    /// `ContinuedAsNew` events in the checked logs.
+    pub(crate) static CONTINUED: AtomicU64 = AtomicU64::new(0);
+    /// Those that carried at least one signal.
+    pub(crate) static CARRIED_SOME: AtomicU64 = AtomicU64::new(0);
+    /// Signals they carried.
+    pub(crate) static CARRIED: AtomicU64 = AtomicU64::new(0);
+    /// Carried signals a later segment's handler took.
+    pub(crate) static CARRIED_CONSUMED: AtomicU64 = AtomicU64::new(0);
+    /// Replays of a prefix of an older segment that continued as new.
+    pub(crate) static PREFIX_CONTINUED: AtomicU64 = AtomicU64::new(0);
+    /// Cancel requests carried to a new segment.
+    pub(crate) static CANCEL_CARRIED: AtomicU64 = AtomicU64::new(0);
     /// How many final traces show each reaction to a cancel.
     pub(crate) static REACTIONS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
     /// What a trace line shows, for [`REACTIONS`].
-    pub(crate) const MARKS: [(&str, &str); 5] = [
+    pub(crate) const MARKS: [(&str, &str); 6] = [
+        ("continue refused", "continue_as_new cancelled"),
         ("select branch", "saw the cancel"),
         ("is_cancelled", "is_cancelled -> true"),
         ("shielded cleanup", "cleans up"),

@@ -71,6 +71,11 @@ pub(crate) enum Node {
         cleanup: Box<Node>,
         resume: bool,
     },
+    /// `ctx.continue_as_new` if the run has segments left ([`Program::segments`]),
+    /// else nothing. Generated only as an element (not the first) of the root's own
+    /// `seq`, where nothing else is in flight: the nodes after it run in the last
+    /// segment only.
+    ContinueAsNew,
 }
 
 impl fmt::Display for Node {
@@ -131,6 +136,7 @@ impl fmt::Display for Node {
                 let then = if *resume { "resume" } else { "end" };
                 write!(f, "guard{{{body} on cancel: shielded {cleanup}, {then}}}")
             }
+            Node::ContinueAsNew => write!(f, "continue_as_new"),
         }
     }
 }
@@ -150,6 +156,30 @@ pub(crate) struct Program {
     /// at its first poll, so a random `select!` would pick its branch at random
     /// (the handler, not reel, would be nondeterministic).
     pub(crate) biased_races: bool,
+    /// How many times the run continues as new: at the end of `root` (or at a
+    /// [`Node::ContinueAsNew`] in it) while `segment < segments`.
+    pub(crate) segments: u8,
+    /// Which segment this input begins (0 for the run's first).
+    pub(crate) segment: u8,
+    /// What the earlier segments observed: the trace this segment goes on from.
+    pub(crate) before: Vec<String>,
+    /// Run before `root` in every segment but the first (waits on a signal name the
+    /// root never waits on, so its signals are carried over from the first segment).
+    pub(crate) prologue: Option<Node>,
+}
+
+/// Where segment `k` runs its root: `r` in the first segment, `s<k>r` after.
+pub(crate) fn root_path(k: u8) -> String {
+    if k == 0 {
+        "r".to_owned()
+    } else {
+        format!("s{k}r")
+    }
+}
+
+/// The first line segment `k` (> 0) adds to the trace it goes on from.
+pub(crate) fn begins(k: u8) -> String {
+    format!("s{k} begins")
 }
 
 /// The child runs a program may start, given its run id: their ids, and whether each
