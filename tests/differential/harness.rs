@@ -121,14 +121,17 @@ async fn settle(host: &Host, run_id: &str, hang: Duration) -> Result<Ending, Fai
 }
 
 /// Checks how a run ended against what its case allows: cancelled only if the case
-/// cancels it (a child: if its parent is), never when its program completes on a
-/// cancel.
+/// cancels it (a child: if its parent is, or if its parent continued as new while
+/// it ran: the child of an old segment is cancelled), never when its program
+/// completes on a cancel.
 fn allowed(run_id: &str, ending: &Ending, cancelled: bool, completes: bool) -> Result<(), Failure> {
     match ending {
-        Ending::Cancelled(reason) if !cancelled => Err(fail(
-            "run-cancelled",
-            format!("run {run_id} was cancelled ({reason}), but nothing cancelled it"),
-        )),
+        Ending::Cancelled(reason) if !cancelled && !reason.ends_with("parent continued as new") => {
+            Err(fail(
+                "run-cancelled",
+                format!("run {run_id} was cancelled ({reason}), but nothing cancelled it"),
+            ))
+        }
         Ending::Cancelled(reason) if completes => Err(fail(
             "cancelled-despite-value",
             format!("run {run_id} ended cancelled ({reason}) though its handler returns a value"),
