@@ -4,13 +4,14 @@
 //! two raw insert + fdatasync measured in the same run (a signal costs two durable
 //! writes: the signal itself, then the step's result).
 //!
-//! Each variant is a workflow with the same input and output; another variant (for
-//! example one that continues as new every 1,000 signals) is a workflow type and
-//! one line in [`entity`].
+//! Each variant is a workflow with the same input and output: [`Entity`] keeps one
+//! log segment for the whole loop, [`ContinuedEntity`] continues as new every
+//! 1,000 signals (the target: its last 100 within 1.5x of its first 100).
 
 use std::time::Instant;
 
 use reel::{Ctx, Host, Workflow};
+use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::sequential::RawSequential;
@@ -19,33 +20,67 @@ use crate::util::*;
 /// Signals averaged at each end of the loop.
 const WINDOW: usize = 100;
 
-/// Loops `n` times: waits for the signal `tick`, then applies it in one step.
-/// Returns the sum of the payloads.
+/// Signals per log segment of [`ContinuedEntity`].
+const PER_SEGMENT: u32 = 1_000;
+
+/// What is left of the loop, and the sum so far.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct Loop {
+    left: u32,
+    sum: u64,
+}
+
+/// One signal of the loop: waits for `tick`, then applies it in one step.
+async fn tick(ctx: &Ctx, state: &mut Loop) -> reel::Result<()> {
+    let v: u32 = ctx.wait_for_signal("tick").await?;
+    state.sum += ctx
+        .step(
+            "apply",
+            move |_| async move { Ok::<_, String>(u64::from(v)) },
+        )
+        .await?;
+    state.left -= 1;
+    Ok(())
+}
+
+/// Loops `left` times over [`tick`] in one log segment. Returns the sum of the
+/// payloads.
 #[derive(Default)]
 pub(crate) struct Entity;
 impl Workflow for Entity {
     const NAME: &'static str = "bench-entity";
-    type Input = u32;
+    type Input = Loop;
     type Output = u64;
-    async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<u64> {
-        let mut sum = 0u64;
-        for _ in 0..n {
-            let v: u32 = ctx.wait_for_signal("tick").await?;
-            sum += ctx
-                .step(
-                    "apply",
-                    move |_| async move { Ok::<_, String>(u64::from(v)) },
-                )
-                .await?;
+    async fn run(&self, ctx: Ctx, mut state: Loop) -> reel::Result<u64> {
+        while state.left > 0 {
+            tick(&ctx, &mut state).await?;
         }
-        Ok(sum)
+        Ok(state.sum)
+    }
+}
+
+/// [`Entity`] that continues as new every [`PER_SEGMENT`] signals.
+#[derive(Default)]
+pub(crate) struct ContinuedEntity;
+impl Workflow for ContinuedEntity {
+    const NAME: &'static str = "bench-entity-continued";
+    type Input = Loop;
+    type Output = u64;
+    async fn run(&self, ctx: Ctx, mut state: Loop) -> reel::Result<u64> {
+        for _ in 0..PER_SEGMENT {
+            if state.left == 0 {
+                return Ok(state.sum);
+            }
+            tick(&ctx, &mut state).await?;
+        }
+        ctx.continue_as_new::<ContinuedEntity>(state).await
     }
 }
 
 /// ms of each signal -> next suspension (the last: -> result) of one run of `W`.
 async fn reel_entity<W>(n: u32) -> BenchResult<Vec<f64>>
 where
-    W: Workflow<Input = u32, Output = u64> + Default,
+    W: Workflow<Input = Loop, Output = u64> + Default,
 {
     let dir = temp_dir();
     let host = Host::builder()
@@ -53,7 +88,7 @@ where
         .register(W::default())
         .build()
         .await?;
-    let run = host.start::<W>("entity", n).await?;
+    let run = host.start::<W>("entity", Loop { left: n, sum: 0 }).await?;
     within(LIMIT, "first suspension", run.wait_until_suspended()).await?;
     let mut times = Vec::with_capacity(n as usize);
     for i in 0..n {
@@ -87,9 +122,12 @@ where
 type Variant = fn(&tokio::runtime::Runtime, u32) -> BenchResult<Vec<f64>>;
 
 pub(crate) fn entity(rt: &tokio::runtime::Runtime, cfg: &Config) -> Vec<Row> {
-    let variants: [(&str, Variant); 1] = [("no continue-as-new", |rt, n| {
-        rt.block_on(reel_entity::<Entity>(n))
-    })];
+    let variants: [(&str, Variant); 2] = [
+        ("one segment", |rt, n| rt.block_on(reel_entity::<Entity>(n))),
+        ("continue-as-new every 1,000", |rt, n| {
+            rt.block_on(reel_entity::<ContinuedEntity>(n))
+        }),
+    ];
     variants
         .into_iter()
         .map(|(label, run)| entity_variant(rt, cfg, label, run))
