@@ -22,7 +22,7 @@ use reel_storage::{
     Append, CorruptRecord, Event, Failure, LogSize, ParentLink, Payload, RunMeta, RunState,
     StorageError, Store, TimerEntry, check_run_id,
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{OnceCell, Semaphore};
 
 use crate::blocking::blocking;
 use crate::engine::Registry;
@@ -31,6 +31,7 @@ use crate::host::RunHost;
 use crate::journal::{RUN_DEADLINE, timer_of};
 use crate::message::{Delivery, Resume, StopRun};
 use crate::options::CoreOptions;
+use crate::passivation::Passivator;
 use crate::run_actor::{RunActor, RunArgs};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
 use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
@@ -45,6 +46,9 @@ mod recovery;
 mod routing;
 mod run_host;
 mod waiters;
+
+/// A live run's actor, or the place it is being spawned into.
+type LiveCell = Arc<OnceCell<ActorRef<RunActor>>>;
 
 /// What [`Core::start`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +65,12 @@ pub struct Core {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) registry: Arc<dyn Registry>,
     pub(crate) options: CoreOptions,
-    live: tokio::sync::Mutex<HashMap<Arc<str>, ActorRef<RunActor>>>,
+    /// The live runs' actors. A cell is published under the (short) lock before its
+    /// actor is spawned outside it, so deliveries to other runs never wait on a spawn
+    /// and concurrent deliveries to one run spawn one actor.
+    live: Mutex<HashMap<Arc<str>, LiveCell>>,
+    /// Passivates idle run actors after `passivate_after`.
+    passivator: Passivator,
     actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,
     crash_messages: Mutex<HashMap<Arc<str>, String>>,
     /// Parks known only in memory: the store refused to write them (a full disk), or
@@ -173,7 +182,7 @@ impl Core {
                 let started = Core::existing(&existing, workflow)?;
                 // An earlier start landed but its caller heard it failed (a lost
                 // answer, a failed activation): nobody runs it yet, so this one does.
-                if existing.state == RunState::Running && !self.is_live(run_id).await {
+                if existing.state == RunState::Running && !self.is_live(run_id) {
                     self.deliver(run_id, Resume).await?;
                 }
                 return Ok(started);
@@ -181,20 +190,22 @@ impl Core {
             Err(e) => return Err(e.into()),
         }
         self.schedule_timers(add_timers);
-        // The new actor gets the run as just written instead of reading it back.
-        // In a task of its own: a caller that stops waiting (a timeout, a parent's
-        // branch dropped) must not leave a created run without an actor.
+        // The run exists once its first write has landed: its activation goes on in
+        // a task of its own, which the caller does not wait for (a message sent to
+        // the run meanwhile waits for the same actor). The new actor gets the run as
+        // just written instead of reading it back. An activation refused because the
+        // host is closing leaves the run to recovery by the next host.
         let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
         let id = run_id.to_owned();
         tokio::spawn(async move {
-            core.deliver_with(&id, Resume, Some((meta_copy, events_copy)))
-                .await
-        })
-        .await
-        .map_err(|e| ActorError::Unavailable {
-            run_id: run_id.to_owned(),
-            reason: e.to_string(),
-        })??;
+            let preload = Some((meta_copy, events_copy));
+            match core.deliver_with(&id, Resume, preload).await {
+                Ok(()) | Err(ActorError::Shutdown) => {}
+                Err(e) => {
+                    tracing::warn!(run_id = %id, error = %e, "reel: a new run's activation failed; it resumes with its next message or the next host");
+                }
+            }
+        });
         Ok(Started::Created)
     }
 
@@ -209,17 +220,18 @@ impl Core {
         }
     }
 
-    async fn is_live(&self, run_id: &str) -> bool {
+    fn is_live(&self, run_id: &str) -> bool {
         self.live
             .lock()
-            .await
+            .unwrap_or_else(|p| p.into_inner())
             .get(run_id)
+            .and_then(|cell| cell.get())
             .is_some_and(|a| a.is_alive())
     }
 
     /// Number of runs with a live actor (not passivated).
     pub async fn live_runs(&self) -> usize {
-        self.live.lock().await.len()
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// A run's metadata.
@@ -227,9 +239,8 @@ impl Core {
     /// # Errors
     /// Storage errors.
     pub async fn meta(&self, run_id: &str) -> Result<Option<RunMeta>, ActorError> {
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        let mut meta = blocking(move || store.get_run(&id)).await?;
+        // A point read, inline (see `point_read`).
+        let mut meta = self.store.get_run(run_id)?;
         if let Some(m) = meta.as_mut() {
             self.apply_held_park(m);
         }
@@ -263,11 +274,9 @@ impl Core {
     /// # Errors
     /// Storage errors.
     pub async fn last_event(&self, run_id: &str) -> Result<Option<Event>, ActorError> {
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        Ok(blocking(move || store.last_event(&id))
-            .await?
-            .map(|(_, e)| e))
+        // A point read, inline: a memtable or cached-block lookup costs less than a
+        // hop to the blocking pool and back. Logs and scans go to the pool.
+        Ok(self.store.last_event(run_id)?.map(|(_, e)| e))
     }
 
     async fn known(&self, run_id: &str) -> Result<RunMeta, ActorError> {
@@ -334,8 +343,13 @@ impl Core {
         self.closing.store(true, Ordering::Release);
         let _ = self.timers.stop_gracefully().await;
         self.timers.wait_for_shutdown().await;
-        let live: Vec<ActorRef<RunActor>> =
-            self.live.lock().await.drain().map(|(_, a)| a).collect();
+        let live: Vec<ActorRef<RunActor>> = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .filter_map(|(_, cell)| cell.get().cloned())
+            .collect();
         for actor in &live {
             let _ = actor.ask(StopRun).await;
         }

@@ -16,7 +16,8 @@
 //! listed before it):
 //! - leaves: `error` ([`ActorError`]), `options` ([`CoreOptions`]), `message` (what
 //!   a run actor receives: `Resume`, `Delivery`, `StopRun`), `waiters` (callers
-//!   waiting on runs), `blocking` (storage calls off the async workers).
+//!   waiting on runs), `blocking` (storage calls off the async workers),
+//!   `passivation` (one queue that passivates idle run actors).
 //! - `host`: `RunHost`, the narrow interface that everything below the core holds
 //!   (weakly) instead of the [`Core`]; the core implements it.
 //! - `journal`: [`Journal`], a run's append handle over its current log segment
@@ -45,6 +46,7 @@ mod host;
 mod journal;
 mod message;
 mod options;
+mod passivation;
 mod run_actor;
 mod services;
 mod supervisor;

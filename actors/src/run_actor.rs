@@ -28,6 +28,7 @@ use crate::host::RunHost;
 use crate::journal::{Journal, pending_timers};
 use crate::message::{Delivery, Resume, StopRun, is_detached};
 use crate::options::CoreOptions;
+use crate::passivation::Passivator;
 use crate::services::Services;
 use crate::timers::now_ms;
 
@@ -42,6 +43,7 @@ pub(crate) struct RunArgs {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) registry: Arc<dyn Registry>,
     pub(crate) options: CoreOptions,
+    pub(crate) passivator: Passivator,
     pub(crate) run_id: Arc<str>,
     pub(crate) resume: bool,
     /// The run as just created: spares the first start a read of what was written.
@@ -53,6 +55,7 @@ pub(crate) struct RunActor {
     store: Arc<dyn Store>,
     registry: Arc<dyn Registry>,
     options: CoreOptions,
+    passivator: Passivator,
     run_id: Arc<str>,
     meta: RunMeta,
     journal: Journal,
@@ -139,6 +142,7 @@ impl Actor for RunActor {
             store: args.store,
             registry: args.registry,
             options: args.options,
+            passivator: args.passivator,
             run_id: args.run_id,
             meta,
             journal,
@@ -356,13 +360,13 @@ impl RunActor {
         }
         self.idle_generation += 1;
         let idle = self.idle_generation;
-        let after = self.options.passivate_after;
-        let me = me.clone();
-        // A bare timer task: it only sends one message, which a stopped or busy
-        // actor ignores (the generation no longer matches).
-        tokio::spawn(async move {
-            tokio::time::sleep(after).await;
-            let _ = me.tell(Passivate(idle)).await;
+        let me = me.downgrade();
+        // One message, which a stopped or busy actor ignores (the generation no
+        // longer matches). A full mailbox means a busy actor: it settles again.
+        self.passivator.later(move || {
+            if let Some(me) = me.upgrade() {
+                let _ = me.tell(Passivate(idle)).try_send();
+            }
         });
     }
 

@@ -6,8 +6,12 @@ use super::*;
 
 impl Core {
     pub(super) async fn forget(&self, run_id: &str, actor: ActorId) {
-        let mut live = self.live.lock().await;
-        if live.get(run_id).is_some_and(|a| a.id() == actor) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if live
+            .get(run_id)
+            .and_then(|cell| cell.get())
+            .is_some_and(|a| a.id() == actor)
+        {
             live.remove(run_id);
         }
     }
@@ -17,33 +21,56 @@ impl Core {
         self.forget(run_id, actor).await;
     }
 
+    /// The run's actor, spawned if it has none (or a dead one). Its cell is taken or
+    /// put in place under the lock, and the actor spawned outside it: the first
+    /// caller spawns, concurrent callers for the same run wait for that actor.
     pub(super) async fn actor_for(
         &self,
         run_id: &str,
         preload: Option<(RunMeta, Vec<Event>)>,
     ) -> Result<ActorRef<RunActor>, ActorError> {
-        let mut live = self.live.lock().await;
-        if let Some(actor) = live.get(run_id)
-            && actor.is_alive()
-        {
-            return Ok(actor.clone());
-        }
+        let cell = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            match live.get(run_id) {
+                // Alive, or being spawned by another caller.
+                Some(cell) if cell.get().is_none_or(|a| a.is_alive()) => cell.clone(),
+                _ => {
+                    let cell = LiveCell::default();
+                    live.insert(Arc::from(run_id), cell.clone());
+                    cell
+                }
+            }
+        };
+        let actor = cell
+            .get_or_try_init(|| self.spawn_run(run_id, preload))
+            .await?;
+        Ok(actor.clone())
+    }
+
+    /// Spawns a run actor under the current supervisor.
+    async fn spawn_run(
+        &self,
+        run_id: &str,
+        preload: Option<(RunMeta, Vec<Event>)>,
+    ) -> Result<ActorRef<RunActor>, ActorError> {
         let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
         let run: Arc<str> = Arc::from(run_id);
         let first = AtomicBool::new(true);
         let args_run = run.clone();
         let args_core = core.clone();
         let preload = Mutex::new(preload);
-        let (store, registry, options) = (
+        let (store, registry, options, passivator) = (
             self.store.clone(),
             self.registry.clone(),
             self.options.clone(),
+            self.passivator.clone(),
         );
         let factory = move || RunArgs {
             host: Arc::downgrade(&args_core) as Weak<dyn RunHost>,
             store: store.clone(),
             registry: registry.clone(),
             options: options.clone(),
+            passivator: passivator.clone(),
             run_id: args_run.clone(),
             // Only the first start may use it: a restart reloads from disk.
             preload: preload.lock().unwrap_or_else(|p| p.into_inner()).take(),
@@ -60,8 +87,7 @@ impl Core {
         self.actor_runs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(actor.id(), run.clone());
-        live.insert(run, actor.clone());
+            .insert(actor.id(), run);
         Ok(actor)
     }
 
@@ -104,8 +130,12 @@ impl Core {
             return;
         };
         {
-            let mut live = self.live.lock().await;
-            if live.get(&run_id).is_some_and(|a| a.id() == id) {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            if live
+                .get(&run_id)
+                .and_then(|cell| cell.get())
+                .is_some_and(|a| a.id() == id)
+            {
                 live.remove(&run_id);
             }
         }

@@ -11,9 +11,8 @@ impl Core {
     /// the run's state: a run that finished (or appended anything) in between is left
     /// as it is, rather than put back into the active set to run again.
     pub(crate) async fn park(&self, run_id: &str, error: Failure) -> Result<(), ActorError> {
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        let next_seq = match blocking(move || store.next_seq(&id)).await {
+        // A point read (keys only), inline.
+        let next_seq = match self.store.next_seq(run_id) {
             Ok(seq) => seq,
             Err(e) => {
                 self.record_unwritten_park(run_id, error);

@@ -86,6 +86,7 @@ impl Core {
         for ticket in unparked {
             ticket.await?;
         }
+        let passivator = Passivator::start(options.passivate_after);
         let core = Arc::new_cyclic(|me: &Weak<Core>| {
             // Unbounded: journals hand it timers with `try_send`, which must never
             // drop one (a dropped timer is a run that never wakes).
@@ -101,7 +102,8 @@ impl Core {
                 store,
                 registry,
                 options,
-                live: tokio::sync::Mutex::new(HashMap::new()),
+                live: Mutex::new(HashMap::new()),
+                passivator,
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),
                 unrecorded_parks: Mutex::new(corrupt),
