@@ -381,11 +381,11 @@ impl Ctx {
     /// code. Fixed code resumes it.
     pub(crate) fn decode_recorded<T: DeserializeOwned>(
         &self,
-        what: &str,
+        what: impl FnOnce() -> String,
         p: &Payload,
     ) -> Result<T> {
         decode(p).map_err(|e| {
-            let e = Error::Codec(format!("recorded {what} no longer decodes: {e}"));
+            let e = Error::Codec(format!("recorded {} no longer decodes: {e}", what()));
             self.lock().parked.get_or_insert_with(|| e.clone());
             e
         })

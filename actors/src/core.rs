@@ -86,6 +86,10 @@ pub struct Core {
     publish_waiters: Waiters<()>,
     child_subscribers: children::Subscriptions,
     activations: Semaphore,
+    /// Activations of new runs under way: `start` returns once the run's first
+    /// write has landed and a permit is held, so a burst of starts cannot pile up
+    /// more than this many activations (and their memory).
+    new_runs: Arc<Semaphore>,
     closing: AtomicBool,
     me: Weak<Core>,
 }
@@ -196,8 +200,15 @@ impl Core {
         // just written instead of reading it back. An activation refused because the
         // host is closing leaves the run to recovery by the next host.
         let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
+        let permit = self
+            .new_runs
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ActorError::Shutdown)?;
         let id = run_id.to_owned();
         tokio::spawn(async move {
+            let _permit = permit;
             let preload = Some((meta_copy, events_copy));
             match core.deliver_with(&id, Resume, preload).await {
                 Ok(()) | Err(ActorError::Shutdown) => {}

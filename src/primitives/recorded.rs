@@ -56,7 +56,7 @@ impl Ctx {
                 return ctx.frontier(format!("recorded {kind} `{id}`")).await;
             }
             match wait.await {
-                Resolution::Value(p) => ctx.decode_recorded(&format!("{kind} `{id}`"), &p),
+                Resolution::Value(p) => ctx.decode_recorded(|| format!("{kind} `{id}`"), &p),
                 other => Err(Error::Codec(format!(
                     "recorded {kind} `{id}` received {other:?}"
                 ))),

@@ -315,7 +315,9 @@ impl Ctx {
 
     fn step_result<T: DeserializeOwned>(&self, id: &str, r: Resolution) -> Result<T> {
         match r {
-            Resolution::Step(Ok(p)) => self.decode_recorded(&format!("output of step `{id}`"), &p),
+            Resolution::Step(Ok(p)) => {
+                self.decode_recorded(|| format!("output of step `{id}`"), &p)
+            }
             Resolution::Step(Err(message)) => Err(Error::Step {
                 step: id.to_owned(),
                 message,

@@ -111,16 +111,10 @@ impl Core {
         sup.0.clone()
     }
 
-    /// Called by a supervisor when a run actor stopped for good. The work happens in a
-    /// task so the supervisor's loop never waits on the live-run lock.
+    /// Called by a supervisor when a run actor stopped for good: forgets the actor
+    /// (short std locks only, so the supervisor's loop never waits long) and, for a
+    /// run that keeps crashing, parks it in a task of its own.
     pub(crate) fn run_actor_stopped(&self, id: ActorId, reason: ActorStopReason) {
-        let Some(core) = self.me.upgrade() else {
-            return;
-        };
-        tokio::spawn(async move { core.after_run_actor_stopped(id, &reason).await });
-    }
-
-    pub(super) async fn after_run_actor_stopped(&self, id: ActorId, reason: &ActorStopReason) {
         let Some(run_id) = self
             .actor_runs
             .lock()
@@ -153,9 +147,14 @@ impl Core {
         }
         let message = crash.unwrap_or_else(|| format!("{reason:?}"));
         tracing::error!(run_id = %run_id, error = %message, "reel: run keeps crashing; parked");
-        if let Err(e) = self.park(&run_id, Failure::Crashed(message)).await {
-            tracing::error!(run_id = %run_id, error = %e, "reel: could not park run");
-        }
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            if let Err(e) = core.park(&run_id, Failure::Crashed(message)).await {
+                tracing::error!(run_id = %run_id, error = %e, "reel: could not park run");
+            }
+        });
     }
 
     pub(crate) fn record_crash(&self, run_id: &Arc<str>, message: String) {

@@ -99,6 +99,9 @@ impl Core {
             );
             Core {
                 activations: Semaphore::new(options.activation_concurrency.max(1)),
+                new_runs: Arc::new(Semaphore::new(
+                    options.activation_concurrency.max(1).saturating_mul(4),
+                )),
                 store,
                 registry,
                 options,
