@@ -12,7 +12,7 @@ use reel::{Host, RunStatus};
 use crate::Config;
 use crate::util::*;
 
-/// A memory snapshot: resident set, its peak, and the glibc heap really in use.
+/// A memory snapshot: resident set, its peak, and the heap mimalloc has committed.
 #[derive(Clone, Copy)]
 struct Mem {
     rss: f64,
@@ -301,14 +301,14 @@ pub(crate) fn recovery(rt: &tokio::runtime::Runtime, cfg: &Config) -> Vec<Row> {
     println!("  {} of {n} runs Suspended; memory (MiB):", reel.suspended);
     println!(
         "    {:<44} {:>8} {:>8} {:>13}",
-        "", "VmRSS", "VmHWM", "heap in use"
+        "", "VmRSS", "VmHWM", "committed"
     );
     for (label, m) in [
         ("before creating the runs".to_owned(), reel.before),
         (format!("{n} runs created and passivated"), reel.passivated),
-        ("  the same after malloc_trim(0)".to_owned(), reel.trimmed),
+        ("  the same after mi_collect(true)".to_owned(), reel.trimmed),
         (
-            "after host.shutdown() + malloc_trim(0)".to_owned(),
+            "after host.shutdown() + mi_collect(true)".to_owned(),
             reel.after_shutdown,
         ),
         (
@@ -352,7 +352,7 @@ pub(crate) fn recovery(rt: &tokio::runtime::Runtime, cfg: &Config) -> Vec<Row> {
         Row {
             scenario: mem_scenario,
             reel: format!(
-                "{:.0} MiB (heap in use {:.0} MiB; {:.0} MiB after malloc_trim)",
+                "{:.0} MiB (heap committed {:.0} MiB; {:.0} MiB after mi_collect)",
                 reel.passivated.rss, reel.passivated.heap, reel.trimmed.rss
             ),
             raw: format!("{:.0} MiB (process before)", reel.before.rss),

@@ -102,49 +102,39 @@ pub(crate) fn memory_mib() -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// glibc heap statistics: what the process really holds, against what RSS shows
-/// (freed memory glibc keeps in its arenas still counts as resident).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// Heap statistics of mimalloc, the bench's global allocator: what it has
+/// committed, against what RSS shows.
 pub(crate) mod heap {
-    #[repr(C)]
-    struct MallInfo2 {
-        arena: usize,
-        ordblks: usize,
-        smblks: usize,
-        hblks: usize,
-        hblkhd: usize,
-        usmblks: usize,
-        fsmblks: usize,
-        uordblks: usize,
-        fordblks: usize,
-        keepcost: usize,
-    }
-
     unsafe extern "C" {
-        fn mallinfo2() -> MallInfo2;
-        fn malloc_trim(pad: usize) -> i32;
+        fn mi_collect(force: bool);
+        #[allow(clippy::too_many_arguments)]
+        fn mi_process_info(
+            elapsed_msecs: *mut usize,
+            user_msecs: *mut usize,
+            system_msecs: *mut usize,
+            current_rss: *mut usize,
+            peak_rss: *mut usize,
+            current_commit: *mut usize,
+            peak_commit: *mut usize,
+            page_faults: *mut usize,
+        );
     }
 
-    /// Bytes allocated and not freed (all arenas, plus mmapped chunks), in MiB.
+    /// Memory mimalloc has committed now (what the heap holds, free pages it keeps
+    /// included), in MiB.
     pub(crate) fn in_use_mib() -> f64 {
-        // SAFETY: glibc's mallinfo2 takes no arguments and returns a plain struct.
-        let m = unsafe { mallinfo2() };
-        (m.uordblks + m.hblkhd) as f64 / (1024.0 * 1024.0)
+        let mut v = [0usize; 8];
+        let [a, b, c, d, e, f, g, h] = &mut v;
+        // SAFETY: mi_process_info writes one usize through each non-null pointer.
+        unsafe { mi_process_info(a, b, c, d, e, f, g, h) };
+        v[5] as f64 / (1024.0 * 1024.0)
     }
 
     /// Returns free heap memory to the OS.
     pub(crate) fn trim() {
-        // SAFETY: malloc_trim only releases free memory; any pad is valid.
-        unsafe { malloc_trim(0) };
+        // SAFETY: mi_collect only frees memory the heap no longer uses.
+        unsafe { mi_collect(true) };
     }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub(crate) mod heap {
-    pub(crate) fn in_use_mib() -> f64 {
-        f64::NAN
-    }
-    pub(crate) fn trim() {}
 }
 
 /// CPU seconds (user + system) this process has used so far, from /proc/self/stat.
