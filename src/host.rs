@@ -285,7 +285,10 @@ impl Host {
     }
 
     /// Starts a run of `W`, idempotent on `run_id`: starting an existing run of the
-    /// same workflow returns its handle and changes nothing.
+    /// same workflow returns its handle and changes nothing. Returns once the run
+    /// is recorded durably; its handler starts running in the background (in a
+    /// burst of starts, `start` waits while many new runs are still being
+    /// activated).
     ///
     /// # Errors
     /// [`Error::UnknownWorkflow`] / [`Error::VersionMismatch`] when `W` is not
