@@ -471,6 +471,10 @@ where
                 this.reported = None;
                 continue;
             }
+            // Idle: appends held back for the next write go to the store now.
+            if let Some(j) = &this.journal {
+                j.flush_held();
+            }
             if !this.landings.is_empty() {
                 // A landing may have completed since it was polled.
                 if let Some(o) = this.poll_landings(cx) {

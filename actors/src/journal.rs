@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
 use reel_storage::{Append, Event, RunMeta, StorageError, Store, Ticket, TimerEntry};
+use tokio::sync::oneshot;
 
 use crate::host::RunHost;
 
@@ -50,6 +51,32 @@ struct State {
     /// Set when the run ends or its actor stops: the execution may not append any
     /// more (a cancelled run never gets an event after `RunCancelled`).
     closed: bool,
+    /// Non-durable events of the execution not handed to the store yet (a step's
+    /// `StepStarted`): they go with the next append, or when the execution goes
+    /// idle ([`Journal::flush_held`]), whichever comes first.
+    held: Held,
+}
+
+/// Appends held back to travel with the next one: their sequence numbers are
+/// taken, so nothing can be written between them and what follows.
+#[derive(Default)]
+struct Held {
+    /// Position of the first held event.
+    from: u64,
+    events: Vec<Event>,
+    /// The landings of the held appends, answered when the write carrying them is.
+    waiters: Vec<oneshot::Sender<Result<(), StorageError>>>,
+}
+
+/// Answers the landings of held appends with the outcome of the write that
+/// carried them.
+fn answer(waiters: Vec<oneshot::Sender<Result<(), StorageError>>>, r: &Result<(), StorageError>) {
+    for w in waiters {
+        let _ = w.send(match r {
+            Ok(()) => Ok(()),
+            Err(e) => Err(StorageError::Io(e.to_string())),
+        });
+    }
 }
 
 /// A timer entry for a timer-creating event, if it is one.
@@ -101,7 +128,38 @@ pub struct Landing {
     /// The append holds a `Published` event: readers waiting for a value are told
     /// once it has landed.
     publishes: bool,
+    /// Landings of held appends this write carries: answered with it.
+    forward: Vec<oneshot::Sender<Result<(), StorageError>>>,
     journal: Journal,
+}
+
+impl Landing {
+    /// The answer to an append made after the journal closed.
+    fn refused(journal: &Journal) -> Landing {
+        Landing {
+            ticket: Ticket::ready(Err(StorageError::Closed)),
+            durable_end: None,
+            wake: false,
+            publishes: false,
+            forward: Vec::new(),
+            journal: journal.clone(),
+        }
+    }
+}
+
+impl Drop for Landing {
+    /// A carrying write whose landing is dropped unpolled still answers the held
+    /// appends it carries once it lands.
+    fn drop(&mut self) {
+        if self.forward.is_empty() {
+            return;
+        }
+        let waiters = std::mem::take(&mut self.forward);
+        let ticket = std::mem::replace(&mut self.ticket, Ticket::ready(Ok(())));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { answer(waiters, &ticket.await) });
+        }
+    }
 }
 
 impl std::fmt::Debug for Landing {
@@ -118,6 +176,7 @@ impl Future for Landing {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let result = std::task::ready!(Pin::new(&mut this.ticket).poll(cx));
+        answer(std::mem::take(&mut this.forward), &result);
         if result.is_ok()
             && let Some(end) = this.durable_end.take()
         {
@@ -155,6 +214,7 @@ impl Journal {
                 durable: len,
                 waker: None,
                 closed: false,
+                held: Held::default(),
             }),
         }))
     }
@@ -172,8 +232,70 @@ impl Journal {
     /// resolves. Timers created by the events are added to the due-time index in the
     /// same batch and handed to the timer service. Refused once the journal is
     /// closed.
+    ///
+    /// A non-durable append that creates no timer is held back and travels with
+    /// the next append of the run (a step's `StepStarted` with its
+    /// `StepCompleted`: one write instead of two), or is handed to the store when
+    /// the execution goes idle ([`Journal::flush_held`]). Its sequence numbers are
+    /// taken at once, so the log order is still the call order.
     pub fn append(&self, events: Vec<Event>, durable: bool) -> Landing {
+        if !durable
+            && !events.is_empty()
+            && events
+                .iter()
+                .all(|e| timer_key(e).is_none() && !matches!(e, Event::Published { .. }))
+        {
+            return self.hold(events);
+        }
         self.submit(events, None, Vec::new(), durable, false, false)
+    }
+
+    fn hold(&self, events: Vec<Event>) -> Landing {
+        let mut state = self.lock();
+        if state.closed {
+            return Landing::refused(self);
+        }
+        if state.held.events.is_empty() {
+            state.held.from = state.next_seq;
+        }
+        state.next_seq += events.len() as u64;
+        state.tail.extend(events.iter().cloned());
+        state.index.note_all(&events);
+        state.held.events.extend(events);
+        let (tx, rx) = oneshot::channel();
+        state.held.waiters.push(tx);
+        Landing {
+            ticket: Ticket::pending(rx),
+            durable_end: None,
+            wake: false,
+            publishes: false,
+            forward: Vec::new(),
+            journal: self.clone(),
+        }
+    }
+
+    /// Hands the held appends to the store now: the execution has gone idle (a
+    /// step body runs on, or it waits), so nothing else is coming to carry them.
+    pub fn flush_held(&self) {
+        let (ticket, waiters) = {
+            let mut state = self.lock();
+            if state.held.events.is_empty() {
+                return;
+            }
+            let held = std::mem::take(&mut state.held);
+            let ticket = self.0.store.submit(Append {
+                run_id: self.0.run_id.to_string(),
+                expected_seq: Some(self.0.base + held.from),
+                events: held.events,
+                durable: false,
+                ..Append::default()
+            });
+            (ticket, held.waiters)
+        };
+        tokio::spawn(async move {
+            let r = ticket.await;
+            answer(waiters, &r);
+        });
     }
 
     /// Appends `TimerCancelled` for a timer the handler dropped and removes it from
@@ -234,27 +356,33 @@ impl Journal {
             .filter_map(|e| timer_of(&self.0.run_id, e))
             .collect();
         let publishes = events.iter().any(|e| matches!(e, Event::Published { .. }));
+        let forward;
         let (ticket, durable_end) = {
             let mut state = self.lock();
             if state.closed && !is_final {
-                return Landing {
-                    ticket: Ticket::ready(Err(StorageError::Closed)),
-                    durable_end: None,
-                    wake,
-                    publishes: false,
-                    journal: self.clone(),
-                };
+                return Landing::refused(self);
             }
-            let expected_seq = (!events.is_empty()).then_some(self.0.base + state.next_seq);
+            let first = state.next_seq;
             state.next_seq += events.len() as u64;
             let end = state.next_seq;
             state.tail.extend(events.iter().cloned());
             state.index.note_all(&events);
+            // Held appends go first, in the same batch.
+            let held = std::mem::take(&mut state.held);
+            let (from, all) = if held.events.is_empty() {
+                (first, events)
+            } else {
+                let mut all = held.events;
+                all.extend(events);
+                (held.from, all)
+            };
+            forward = held.waiters;
+            let expected_seq = (!all.is_empty()).then_some(self.0.base + from);
             let removed = remove_timers.clone();
             let ticket = self.0.store.submit(Append {
                 run_id: self.0.run_id.to_string(),
                 expected_seq,
-                events,
+                events: all,
                 meta,
                 add_timers: add_timers.clone(),
                 remove_timers,
@@ -275,6 +403,7 @@ impl Journal {
             durable_end,
             wake,
             publishes,
+            forward,
             journal: self.clone(),
         }
     }
