@@ -86,9 +86,9 @@ pub struct Core {
     publish_waiters: Waiters<()>,
     child_subscribers: children::Subscriptions,
     activations: Semaphore,
-    /// Activations of new runs under way: `start` returns once the run's first
-    /// write has landed and a permit is held, so a burst of starts cannot pile up
-    /// more than this many activations (and their memory).
+    /// Activations of new runs under way (`activation_concurrency` of them):
+    /// `start` returns once the run's first write has landed and a permit is held,
+    /// so a burst of starts cannot pile up activations (and their memory).
     new_runs: Arc<Semaphore>,
     closing: AtomicBool,
     me: Weak<Core>,

@@ -13,8 +13,8 @@ pub struct CoreOptions {
     pub restart_limit: u32,
     /// See `restart_limit`.
     pub restart_window: Duration,
-    /// Activations running at once during recovery and timer storms; four times
-    /// as many new runs may be activating at once before `start` waits for one.
+    /// Activations running at once during recovery and timer storms; as many new
+    /// runs may be activating at once before `start` waits for one.
     pub activation_concurrency: usize,
     /// How long a cancelled run's handler may go on cleaning up before it is
     /// cancelled hard. Zero cancels at once.

@@ -99,9 +99,7 @@ impl Core {
             );
             Core {
                 activations: Semaphore::new(options.activation_concurrency.max(1)),
-                new_runs: Arc::new(Semaphore::new(
-                    options.activation_concurrency.max(1).saturating_mul(4),
-                )),
+                new_runs: Arc::new(Semaphore::new(options.activation_concurrency.max(1))),
                 store,
                 registry,
                 options,
