@@ -12,7 +12,7 @@ use kameo::error::ActorStopReason;
 use reel_storage::{Failure, Payload, RunMeta, TimerEntry};
 
 use crate::error::ActorError;
-use crate::message::Delivery;
+use crate::message::{ChildCall, Delivery};
 
 /// What the parts of a host ask of the host that owns them.
 pub(crate) trait RunHost: Send + Sync + 'static {
@@ -58,26 +58,9 @@ pub(crate) trait RunHost: Send + Sync + 'static {
 
     // ---- handlers, through `Services` ----
 
-    /// Starts a waited-for child run and arranges for its result to reach `parent`.
-    fn ensure_child<'a>(
-        &'a self,
-        parent: &'a str,
-        wait_id: &'a str,
-        workflow: &'a str,
-        version: u32,
-        child_run_id: &'a str,
-        input: Payload,
-    ) -> BoxFuture<'a, ()>;
-    /// Starts a detached child run; `parent` learns only whether it started.
-    fn start_detached<'a>(
-        &'a self,
-        parent: &'a str,
-        wait_id: &'a str,
-        workflow: &'a str,
-        version: u32,
-        child_run_id: &'a str,
-        input: Payload,
-    ) -> BoxFuture<'a, ()>;
+    /// Starts a child run: a waited-for child's result reaches its parent, a
+    /// detached child's parent learns only whether it started.
+    fn start_child(&self, call: ChildCall) -> BoxFuture<'_, ()>;
     /// Delivers a signal to a run.
     fn signal<'a>(
         &'a self,

@@ -57,6 +57,7 @@ pub use crate::core::{Core, Started};
 pub use engine::{Engine, Execution, Outcome, Registry};
 pub use error::ActorError;
 pub use journal::{Journal, Landing, retry_timer_id};
+pub use message::ChildCall;
 pub use options::CoreOptions;
 pub use run_actor::panic_message;
 pub use services::Services;

@@ -3,7 +3,23 @@
 //! the core sends these, the run actor handles them, neither module names the other
 //! for them.
 
-use reel_storage::{Failure, Payload, TimerEntry};
+use reel_storage::{Failure, ParentLink, Payload, TimerEntry};
+
+/// A child run a handler calls: waited for, or detached (a `detached#<n>` wait id,
+/// see [`is_detached`]).
+#[derive(Clone, Debug)]
+pub struct ChildCall {
+    /// The parent run and its wait for the child.
+    pub link: ParentLink,
+    /// The child's workflow name.
+    pub workflow: String,
+    /// The child's workflow version.
+    pub version: u32,
+    /// The child's run id.
+    pub run_id: String,
+    /// The child's input.
+    pub input: Payload,
+}
 
 /// Run the handler now (start, recovery, restart). Also resumes a parked run.
 #[derive(Clone, Copy)]

@@ -10,7 +10,8 @@
 use std::future::Future;
 
 use futures::future::Either;
-use reel_storage::{Event, Payload};
+use reel_actors::ChildCall;
+use reel_storage::{Event, ParentLink, Payload};
 
 use crate::RunHandle;
 use crate::ctx::{decode, encode};
@@ -159,7 +160,7 @@ impl Ctx {
                 );
             }
             if !done {
-                self.queue_start::<W>(detached, &id, child_run_id, input.clone());
+                self.queue_start::<W>(&id, child_run_id, input.clone());
             }
         }
         Called { id, opened, input }
@@ -167,13 +168,7 @@ impl Ctx {
 
     /// Queues the child's start (and, for a waited-for child, the subscription to
     /// its end) for when replay has caught up.
-    fn queue_start<W: Workflow>(
-        &self,
-        detached: bool,
-        wait_id: &str,
-        run_id: &str,
-        input: Payload,
-    ) {
+    fn queue_start<W: Workflow>(&self, wait_id: &str, run_id: &str, input: Payload) {
         let Some(services) = self.inner.services.clone() else {
             return;
         };
@@ -186,15 +181,18 @@ impl Ctx {
             if journal.is_some_and(|j| j.child_ended(&wait_id)) {
                 return;
             }
-            if detached {
-                services
-                    .start_detached(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)
-                    .await;
-            } else {
-                services
-                    .ensure_child(&parent, &wait_id, W::NAME, W::VERSION, &run_id, input)
-                    .await;
-            }
+            services
+                .start_child(ChildCall {
+                    link: ParentLink {
+                        run_id: parent.to_string(),
+                        wait_id,
+                    },
+                    workflow: W::NAME.to_owned(),
+                    version: W::VERSION,
+                    run_id,
+                    input,
+                })
+                .await;
         }));
     }
 }

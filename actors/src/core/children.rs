@@ -9,7 +9,7 @@ use reel_storage::{Event, Failure, ParentLink, Payload, RunMeta, RunState};
 
 use super::{Core, Started};
 use crate::error::ActorError;
-use crate::message::{Delivery, is_detached};
+use crate::message::{ChildCall, Delivery, is_detached};
 
 impl Core {
     /// Starts the child run (idempotent on its id) and arranges for its result to be
@@ -17,28 +17,11 @@ impl Core {
     /// A child that cannot be started for good (workflow not registered, id taken by
     /// another workflow, invalid id) is delivered as a failed child; a passing failure
     /// (I/O, an actor restarting) is retried in the background while the parent waits.
-    pub(crate) async fn ensure_child(
-        &self,
-        parent: &str,
-        wait_id: &str,
-        workflow: &str,
-        version: u32,
-        child_run_id: &str,
-        input: Payload,
-    ) {
+    pub(crate) async fn ensure_child(&self, child: ChildCall) {
         let Some(core) = self.me.upgrade() else {
             return;
         };
-        let child = ChildStart {
-            link: ParentLink {
-                run_id: parent.to_owned(),
-                wait_id: wait_id.to_owned(),
-            },
-            workflow: workflow.to_owned(),
-            version,
-            run_id: child_run_id.to_owned(),
-            input,
-        };
+        let (parent, child_run_id) = (child.link.run_id.as_str(), child.run_id.as_str());
         // Subscribe before looking, so a completion in between is not missed. A child
         // this host has already started for this wait is neither checked nor started
         // again: each execution of the parent calls every child it waits on, and a
@@ -73,27 +56,9 @@ impl Core {
     /// it and is not told when it ends, only whether it could be started, which is
     /// delivered to the parent's wait `wait_id` (`detached#<n>`). A passing failure is
     /// retried in the background, as for a waited-for child.
-    pub(crate) async fn start_detached(
-        &self,
-        parent: &str,
-        wait_id: &str,
-        workflow: &str,
-        version: u32,
-        child_run_id: &str,
-        input: Payload,
-    ) {
+    pub(crate) async fn start_detached(&self, child: ChildCall) {
         let Some(core) = self.me.upgrade() else {
             return;
-        };
-        let child = ChildStart {
-            link: ParentLink {
-                run_id: parent.to_owned(),
-                wait_id: wait_id.to_owned(),
-            },
-            workflow: workflow.to_owned(),
-            version,
-            run_id: child_run_id.to_owned(),
-            input,
         };
         core.start_or_retry(child).await;
     }
@@ -190,15 +155,6 @@ impl Subscriptions {
     }
 }
 
-/// A child run to start: waited for, or detached (`detached#<n>` wait ids).
-struct ChildStart {
-    link: ParentLink,
-    workflow: String,
-    version: u32,
-    run_id: String,
-    input: Payload,
-}
-
 /// Whether trying the same thing again later can succeed.
 fn is_passing(e: &ActorError) -> bool {
     match e {
@@ -274,7 +230,7 @@ impl Core {
 
     /// Starts a child, retrying in the background after a passing failure, and
     /// delivers a failure for good to its parent.
-    async fn start_or_retry(&self, child: ChildStart) {
+    async fn start_or_retry(&self, child: ChildCall) {
         match self.start_child(&child).await {
             Ok(()) => {}
             Err(e) if is_passing(&e) => self.retry_child_start(child, e),
@@ -284,7 +240,7 @@ impl Core {
 
     /// Starts a child (idempotent) and delivers its result at once if it has finished
     /// (a detached child's parent learns only that it started).
-    async fn start_child(&self, c: &ChildStart) -> Result<(), ActorError> {
+    async fn start_child(&self, c: &ChildCall) -> Result<(), ActorError> {
         let started = self
             .start(
                 &c.workflow,
@@ -323,7 +279,7 @@ impl Core {
     /// Keeps starting a child whose start failed for a passing reason, with backoff,
     /// until it starts, fails for good or the host closes. A bare task: it holds the
     /// core weakly and ends at the first check after shutdown.
-    fn retry_child_start(&self, c: ChildStart, first: ActorError) {
+    fn retry_child_start(&self, c: ChildCall, first: ActorError) {
         tracing::warn!(parent = %c.link.run_id, child = %c.run_id, error = %first,
             "reel: child run could not be started yet; retrying");
         let core = self.me.clone();
@@ -347,7 +303,7 @@ impl Core {
     }
 
     /// Delivers a child that cannot be started to its parent as a failed child.
-    fn child_start_failed(&self, c: &ChildStart, e: ActorError) {
+    fn child_start_failed(&self, c: &ChildCall, e: ActorError) {
         match e {
             ActorError::NotRegistered(f) => self.child_failed(c, f),
             ActorError::Shutdown => {}
@@ -356,7 +312,7 @@ impl Core {
     }
 
     /// Delivers `failure` to the parent as its child's result.
-    fn child_failed(&self, c: &ChildStart, failure: Failure) {
+    fn child_failed(&self, c: &ChildCall, failure: Failure) {
         self.unsubscribe(&c.run_id, &c.link);
         let wait_id = c.link.wait_id.clone();
         let delivery = if is_detached(&wait_id) {

@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 
 use super::*;
 use crate::host::RunHost;
+use crate::message::{ChildCall, is_detached};
 use crate::services::Services;
 
 impl Services {
@@ -74,44 +75,14 @@ impl RunHost for Core {
         Box::pin(Core::retire(self, run_id, actor))
     }
 
-    fn ensure_child<'a>(
-        &'a self,
-        parent: &'a str,
-        wait_id: &'a str,
-        workflow: &'a str,
-        version: u32,
-        child_run_id: &'a str,
-        input: Payload,
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(Core::ensure_child(
-            self,
-            parent,
-            wait_id,
-            workflow,
-            version,
-            child_run_id,
-            input,
-        ))
-    }
-
-    fn start_detached<'a>(
-        &'a self,
-        parent: &'a str,
-        wait_id: &'a str,
-        workflow: &'a str,
-        version: u32,
-        child_run_id: &'a str,
-        input: Payload,
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(Core::start_detached(
-            self,
-            parent,
-            wait_id,
-            workflow,
-            version,
-            child_run_id,
-            input,
-        ))
+    fn start_child(&self, call: ChildCall) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if is_detached(&call.link.wait_id) {
+                Core::start_detached(self, call).await;
+            } else {
+                Core::ensure_child(self, call).await;
+            }
+        })
     }
 
     fn signal<'a>(
