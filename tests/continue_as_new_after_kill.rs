@@ -4,10 +4,11 @@
 //! in order (signals carried over between segments are neither lost nor doubled),
 //! and no step whose completion was recorded ran again.
 
+mod common;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use reel::{Ctx, Event, Host, RunHandle, Workflow};
 use serde::{Deserialize, Serialize};
@@ -129,54 +130,16 @@ fn continue_as_new_after_kill() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(7);
-    println!("seed {seed}");
-    let mut kills = 0;
-    for round in 0..6 {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let kill_after = 5 + (seed >> 33) as usize % 40;
-        let mut child = Command::new(std::env::current_exe().expect("exe"))
-            .args([
-                "--exact",
-                "continue_as_new_after_kill",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn child");
-        let stdout = child.stdout.take().expect("stdout");
-        let (mut execs, mut finished) = (0, false);
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line == "exec" {
-                execs += 1;
-                if execs == kill_after {
-                    break;
-                }
-            }
-            if line == "all-done" {
-                finished = true;
-                break;
-            }
-        }
-        if !finished {
-            child.kill().expect("SIGKILL");
-            kills += 1;
-        }
-        let status = child.wait().expect("wait");
-        println!("round {round}: killed after {execs} step executions ({status})");
-        if finished {
-            break;
-        }
+    let kills = common::kill::Rounds {
+        test: "continue_as_new_after_kill",
+        env: CHILD_ENV,
+        rounds: 6,
+        marker: "exec",
+        done: "all-done",
+        min: 5,
+        spread: 40,
     }
+    .run(dir.path());
     assert!(kills > 0, "the child was never killed");
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -4,10 +4,11 @@
 //! and returns it, so the log's recorded token must be the *last* execution of that
 //! step: nothing ran again once its completion was recorded.
 
+mod common;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use reel::{Ctx, Event, Host, Workflow};
@@ -97,55 +98,16 @@ fn step_not_rerun_after_kill() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(7);
-    println!("seed {seed}");
-    let mut kills = 0;
-    for round in 0..5 {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let kill_after = 10 + (seed >> 33) as usize % 120;
-        let mut child = Command::new(std::env::current_exe().expect("exe"))
-            .args([
-                "--exact",
-                "step_not_rerun_after_kill",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn child");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut execs = 0;
-        let mut finished = false;
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line.starts_with("exec ") {
-                execs += 1;
-                if execs == kill_after {
-                    break;
-                }
-            }
-            if line == "all-done" {
-                finished = true;
-                break;
-            }
-        }
-        if !finished {
-            child.kill().expect("SIGKILL"); // SIGKILL on Unix
-            kills += 1;
-        }
-        let status = child.wait().expect("wait");
-        println!("round {round}: killed after {execs} step executions ({status})");
-        if finished {
-            break;
-        }
+    let kills = common::kill::Rounds {
+        test: "step_not_rerun_after_kill",
+        env: CHILD_ENV,
+        rounds: 5,
+        marker: "exec ",
+        done: "all-done",
+        min: 10,
+        spread: 120,
     }
+    .run(dir.path());
     assert!(kills > 0, "the child was never killed");
 
     // Restart in this process: every run resumes and completes.

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 pub mod counting;
+pub mod kill;
 
 /// Counts how often a body really ran.
 #[derive(Clone, Default)]
