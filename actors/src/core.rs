@@ -163,6 +163,15 @@ impl Core {
         let add_timers: Vec<TimerEntry> =
             events.iter().filter_map(|e| timer_of(run_id, e)).collect();
         let (meta_copy, events_copy) = (meta.clone(), events.clone());
+        // The permit for the activation is taken before the write, so a caller that
+        // stops waiting can no longer leave a written run without its activation.
+        let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
+        let permit = self
+            .new_runs
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ActorError::Shutdown)?;
         let created = self
             .store
             .submit(Append {
@@ -199,13 +208,6 @@ impl Core {
         // the run meanwhile waits for the same actor). The new actor gets the run as
         // just written instead of reading it back. An activation refused because the
         // host is closing leaves the run to recovery by the next host.
-        let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
-        let permit = self
-            .new_runs
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| ActorError::Shutdown)?;
         let id = run_id.to_owned();
         tokio::spawn(async move {
             let _permit = permit;
@@ -354,13 +356,23 @@ impl Core {
         self.closing.store(true, Ordering::Release);
         let _ = self.timers.stop_gracefully().await;
         self.timers.wait_for_shutdown().await;
-        let live: Vec<ActorRef<RunActor>> = self
+        let cells: Vec<LiveCell> = self
             .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .drain()
-            .filter_map(|(_, cell)| cell.get().cloned())
+            .map(|(_, cell)| cell)
             .collect();
+        // An actor still being spawned is waited for, and stopped like the others.
+        let mut live: Vec<ActorRef<RunActor>> = Vec::with_capacity(cells.len());
+        for cell in cells {
+            let spawned = cell
+                .get_or_try_init(|| async { Err::<ActorRef<RunActor>, ()>(()) })
+                .await;
+            if let Ok(actor) = spawned {
+                live.push(actor.clone());
+            }
+        }
         for actor in &live {
             let _ = actor.ask(StopRun).await;
         }

@@ -35,9 +35,12 @@ impl Passivator {
     }
 
     /// Runs `action` once the idle period has passed.
+    /// An idle period too long to represent (`Duration::MAX`: never passivate)
+    /// queues nothing.
     pub(crate) fn later(&self, action: impl FnOnce() + Send + 'static) {
-        let due = Instant::now() + self.after;
-        let _ = self.tx.send((due, Box::new(action)));
+        if let Some(due) = Instant::now().checked_add(self.after) {
+            let _ = self.tx.send((due, Box::new(action)));
+        }
     }
 }
 

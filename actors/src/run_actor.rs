@@ -362,10 +362,15 @@ impl RunActor {
         let idle = self.idle_generation;
         let me = me.downgrade();
         // One message, which a stopped or busy actor ignores (the generation no
-        // longer matches). A full mailbox means a busy actor: it settles again.
+        // longer matches); past a full mailbox it is sent from a task.
         self.passivator.later(move || {
-            if let Some(me) = me.upgrade() {
-                let _ = me.tell(Passivate(idle)).try_send();
+            let Some(me) = me.upgrade() else { return };
+            if let Err(kameo::error::SendError::MailboxFull(msg)) =
+                me.tell(Passivate(idle)).try_send()
+            {
+                tokio::spawn(async move {
+                    let _ = me.tell(msg).await;
+                });
             }
         });
     }

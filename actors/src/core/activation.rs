@@ -43,8 +43,14 @@ impl Core {
         };
         let actor = cell
             .get_or_try_init(|| self.spawn_run(run_id, preload))
-            .await?;
-        Ok(actor.clone())
+            .await?
+            .clone();
+        // Spawned while the host began to shut down (which may have missed it).
+        if self.is_closing() {
+            let _ = actor.ask(StopRun).await;
+            return Err(ActorError::Shutdown);
+        }
+        Ok(actor)
     }
 
     /// Spawns a run actor under the current supervisor.
