@@ -30,7 +30,9 @@ impl Workflow for Work {
         let run = ctx.run_id().to_owned();
         ctx.step("body", move |_| {
             if host == 1 && CLOSED.load(Ordering::SeqCst) {
-                LATE.lock().unwrap_or_else(|p| p.into_inner()).push(run.clone());
+                LATE.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(run.clone());
             }
             async { Ok::<_, String>(()) }
         })
@@ -68,6 +70,9 @@ async fn no_step_runs_after_shutdown_returns() -> anyhow::Result<()> {
     }
     host.shutdown().await?;
     let late = LATE.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    assert!(late.is_empty(), "host 1 ran steps after its shutdown: {late:?}");
+    assert!(
+        late.is_empty(),
+        "host 1 ran steps after its shutdown: {late:?}"
+    );
     Ok(())
 }
