@@ -1,6 +1,6 @@
 //! [`Host`] and its builder, and the engine each registered workflow runs on.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,20 +33,22 @@ impl<W: Workflow> Engine for WorkflowEngine<W> {
 
 #[derive(Default)]
 struct Definitions {
-    engines: HashMap<(String, u32), Arc<dyn Engine>>,
-    names: HashSet<String>,
+    /// By workflow name, then version: a lookup allocates nothing.
+    engines: HashMap<String, HashMap<u32, Arc<dyn Engine>>>,
 }
 
 impl Registry for Definitions {
     fn lookup(&self, workflow: &str, version: u32) -> Result<Arc<dyn Engine>, Failure> {
-        match self.engines.get(&(workflow.to_owned(), version)) {
-            Some(e) => Ok(e.clone()),
-            None if self.names.contains(workflow) => Err(Failure::VersionMismatch {
+        let Some(versions) = self.engines.get(workflow) else {
+            return Err(Failure::UnknownWorkflow(workflow.to_owned()));
+        };
+        versions
+            .get(&version)
+            .cloned()
+            .ok_or_else(|| Failure::VersionMismatch {
                 workflow: workflow.to_owned(),
                 version,
-            }),
-            None => Err(Failure::UnknownWorkflow(workflow.to_owned())),
-        }
+            })
     }
 }
 
@@ -106,11 +108,11 @@ impl HostBuilder {
     /// Registers a workflow definition. Several `VERSION`s of one `NAME` may be
     /// registered; each run resumes on the version it started with.
     pub fn register<W: Workflow>(mut self, w: W) -> Self {
-        self.definitions.names.insert(W::NAME.to_owned());
-        self.definitions.engines.insert(
-            (W::NAME.to_owned(), W::VERSION),
-            Arc::new(WorkflowEngine(Arc::new(w))),
-        );
+        self.definitions
+            .engines
+            .entry(W::NAME.to_owned())
+            .or_default()
+            .insert(W::VERSION, Arc::new(WorkflowEngine(Arc::new(w))));
         self
     }
 
