@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use reel_actors::{Core, Services};
-use reel_storage::{Event, RunMeta, RunState};
+use reel_storage::{Event, Record, RunMeta, RunState};
 use serde::Serialize;
 
 use crate::ctx::{Approval, decode, encode};
@@ -275,6 +275,18 @@ impl<W: Workflow> RunHandle<W> {
         let mut info = RunInfo::from(meta);
         info.log = Some(log);
         Ok(info)
+    }
+
+    /// [`RunHandle::events`] with each record's sequence number and the time it was
+    /// appended (records written by a host before `reel-log/5` read as appended at
+    /// the epoch): how long a step took, a timer waited, a signal came after its
+    /// wait.
+    ///
+    /// # Errors
+    /// [`Error::UnknownRun`], [`Error::Storage`] (a corrupt record names its run and
+    /// sequence number), [`Error::Shutdown`].
+    pub async fn records(&self) -> Result<Vec<Record>> {
+        Ok(self.core()?.records(&self.run_id).await?)
     }
 
     /// The run's durable log, in order, every segment of it (a run that continued

@@ -86,7 +86,7 @@ pub use error::{Error, Result};
 pub use handle::RunHandle;
 pub use host::{Host, HostBuilder};
 pub use reel_storage::{
-    AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Store,
+    AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, Store,
 };
 pub use status::{RunInfo, RunStatus, StartOptions};
 pub use step_error::StepError;

@@ -19,7 +19,7 @@ use kameo::error::{ActorStopReason, SendError};
 use kameo::message::Message;
 use kameo::supervision::RestartPolicy;
 use reel_storage::{
-    Append, CorruptRecord, Event, Failure, LogSize, ParentLink, Payload, RunMeta, RunState,
+    Append, CorruptRecord, Event, Failure, LogSize, ParentLink, Payload, Record, RunMeta, RunState,
     StorageError, Store, TimerEntry, check_run_id,
 };
 use tokio::sync::{OnceCell, Semaphore};
@@ -270,6 +270,18 @@ impl Core {
         let store = self.store.clone();
         let id = run_id.to_owned();
         Ok(blocking(move || store.read_log(&id)).await?)
+    }
+
+    /// A run's durable log with each record's sequence number and the time it was
+    /// appended, readable while the run runs.
+    ///
+    /// # Errors
+    /// As [`Core::events`].
+    pub async fn records(&self, run_id: &str) -> Result<Vec<Record>, ActorError> {
+        self.known(run_id).await?;
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        Ok(blocking(move || store.read_records(&id, 0)).await?)
     }
 
     /// How many events and bytes a run's log holds from sequence number `from` on.

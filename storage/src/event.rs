@@ -403,11 +403,7 @@ impl Event {
     /// # Errors
     /// [`StorageError::Corrupt`] naming the run and sequence number.
     pub fn decode(bytes: &[u8], run_id: &str, seq: u64) -> Result<Event, StorageError> {
-        from_msgpack(bytes).map_err(|e| StorageError::Corrupt {
-            run_id: run_id.to_owned(),
-            seq,
-            reason: e.to_string(),
-        })
+        crate::Record::decode(bytes, run_id, seq).map(|r| r.event)
     }
 }
 

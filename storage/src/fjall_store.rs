@@ -23,7 +23,7 @@ use crate::keys::{encode_timer_key, log_end, log_key, log_prefix, seq_of};
 use crate::store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
 };
-use crate::{Event, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
+use crate::{Event, Record, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
 
 /// The on-disk format this build writes and reads.
 ///
@@ -32,15 +32,17 @@ use crate::{Event, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
 /// `Deadline`, `ChildDetached`, `Patched` and `Published`, and the attempts of a
 /// failed step (`Failure::Step::attempts`): an older build would report those
 /// records as corrupt, so it is refused by the marker instead. `reel-log/4` added
-/// `ContinuedAsNew` and log segments (`RunMeta::segment_start`).
-pub const FORMAT_VERSION: &str = "reel-log/4";
+/// `ContinuedAsNew` and log segments (`RunMeta::segment_start`). `reel-log/5`
+/// stores each record with the time it was appended (`Record`); records written
+/// before read back as appended at the epoch.
+pub const FORMAT_VERSION: &str = "reel-log/5";
 
 /// Older formats this build opens, upgrading the marker: their records decode the
 /// same way (fields added since default when absent). Runs recorded by
 /// `reel-log/1` replay under the `reel-log/2` visibility rule; a concurrent handler
 /// whose old log does not match it is parked with a replay divergence (never
 /// misread), and sequential handlers resume as they were.
-const UPGRADABLE_FORMATS: [&str; 3] = ["reel-log/1", "reel-log/2", "reel-log/3"];
+const UPGRADABLE_FORMATS: [&str; 4] = ["reel-log/1", "reel-log/2", "reel-log/3", "reel-log/4"];
 
 const MAX_BATCH: usize = 8192;
 /// Runs whose next sequence number is cached; a miss costs one reverse key lookup.
@@ -264,10 +266,12 @@ impl FjallStore {
 
     fn encode(append: Append) -> Result<Encoded> {
         append.validate()?;
+        // Every record of an append carries the time it was submitted.
+        let at = crate::record::now_ms();
         let records = append
             .events
             .iter()
-            .map(Event::encode)
+            .map(|e| Record::encode(e, at))
             .collect::<Result<Vec<_>>>()?;
         let meta = match &append.meta {
             Some(m) => Some((m.encode()?, m.state.is_finished())),
@@ -309,6 +313,14 @@ impl LogReader for FjallStore {
     }
 
     fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>> {
+        Ok(self
+            .read_records(run_id, from)?
+            .into_iter()
+            .map(|r| r.event)
+            .collect())
+    }
+
+    fn read_records(&self, run_id: &str, from: u64) -> Result<Vec<Record>> {
         let ks = self.keyspaces()?;
         let mut events = Vec::new();
         let records = ks.log.range(log_key(run_id, from)..log_end(run_id));
@@ -322,7 +334,7 @@ impl LogReader for FjallStore {
                     reason: format!("missing record (next present is {seq})"),
                 });
             }
-            events.push(Event::decode(&value, run_id, seq)?);
+            events.push(Record::decode(&value, run_id, seq)?);
         }
         Ok(events)
     }

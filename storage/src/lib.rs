@@ -31,6 +31,7 @@ mod fjall_store;
 mod keys;
 mod mem_store;
 mod meta;
+mod record;
 mod scan;
 mod store;
 pub mod testing;
@@ -41,6 +42,7 @@ pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};
 pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;
 pub use meta::{ParentLink, RunMeta, RunState, TimerEntry};
+pub use record::Record;
 pub use scan::{CorruptRecord, Scan};
 pub use store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,

@@ -9,11 +9,13 @@ use std::sync::Mutex;
 use crate::store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
 };
-use crate::{Event, RunMeta, Scan, StorageError, TimerEntry};
+use crate::{Event, Record, RunMeta, Scan, StorageError, TimerEntry};
 
 #[derive(Default)]
 struct State {
     logs: BTreeMap<String, Vec<Event>>,
+    /// When each event of `logs` was appended (ms since the epoch).
+    times: BTreeMap<String, Vec<u64>>,
     runs: BTreeMap<String, RunMeta>,
     timers: BTreeSet<TimerEntry>,
     closed: bool,
@@ -52,6 +54,11 @@ impl MemStore {
                     actual,
                 });
             }
+            let at = crate::record::now_ms();
+            st.times
+                .entry(a.run_id.clone())
+                .or_default()
+                .extend(a.events.iter().map(|_| at));
             st.logs
                 .entry(a.run_id.clone())
                 .or_default()
@@ -94,6 +101,23 @@ impl LogReader for MemStore {
                 .get(run_id)
                 .map(|l| l.get(from..).unwrap_or_default().to_vec())
                 .unwrap_or_default()
+        })
+    }
+
+    fn read_records(&self, run_id: &str, from: u64) -> Result<Vec<Record>> {
+        let start = usize::try_from(from).unwrap_or(usize::MAX);
+        self.read(|st| {
+            let (Some(log), Some(times)) = (st.logs.get(run_id), st.times.get(run_id)) else {
+                return Vec::new();
+            };
+            (from..)
+                .zip(log.iter().zip(times).skip(start))
+                .map(|(seq, (event, at))| Record {
+                    seq,
+                    at: std::time::UNIX_EPOCH + std::time::Duration::from_millis(*at),
+                    event: event.clone(),
+                })
+                .collect()
         })
     }
 

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use crate::{Event, RunMeta, Scan, StorageError, TimerEntry, check_run_id};
+use crate::{Event, Record, RunMeta, Scan, StorageError, TimerEntry, check_run_id};
 
 /// Result alias of this crate.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -134,6 +134,13 @@ pub trait LogReader: Send + Sync {
     /// # Errors
     /// As [`LogReader::read_log`].
     fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>>;
+
+    /// [`LogReader::read_log_from`] with each event's sequence number and the time
+    /// it was appended.
+    ///
+    /// # Errors
+    /// As [`LogReader::read_log`].
+    fn read_records(&self, run_id: &str, from: u64) -> Result<Vec<Record>>;
 
     /// How many events, and how many stored bytes (keys and values), the run's log
     /// holds from sequence number `from` on. Reads no event into memory beyond

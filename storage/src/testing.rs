@@ -52,7 +52,7 @@ use tokio::sync::{Notify, oneshot};
 use crate::store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
 };
-use crate::{Event, RunMeta, Scan, StorageError, TimerEntry};
+use crate::{Event, Record, RunMeta, Scan, StorageError, TimerEntry};
 
 /// An operation of the [`Store`] traits that a [`Fault`] can target.
 #[non_exhaustive]
@@ -554,6 +554,10 @@ impl LogReader for FaultStore {
 
     fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>> {
         self.read(Op::ReadLog, Some(run_id), |s| s.read_log_from(run_id, from))
+    }
+
+    fn read_records(&self, run_id: &str, from: u64) -> Result<Vec<Record>> {
+        self.read(Op::ReadLog, Some(run_id), |s| s.read_records(run_id, from))
     }
 
     fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize> {

@@ -1,6 +1,8 @@
 //! A run that continued as new replays only its current segment: `read_log_from`
 //! returns the log from a sequence number on (a gap past it is still corruption),
-//! and `log_size` counts the events and stored bytes from there, on every backend.
+//! and `log_size` counts the events and stored bytes from there, and
+//! `read_records` adds each record's sequence number and append time, on every
+//! backend.
 
 use std::sync::Arc;
 
@@ -60,6 +62,23 @@ async fn check(store: Arc<dyn Store>) {
         "{segment:?} {whole:?}"
     );
     assert_eq!(store.log_size("unknown", 0).expect("size").events, 0);
+    // Records: the same events, numbered, each with the time it was appended.
+    let records = store.read_records("r", 6).expect("records");
+    assert_eq!(
+        records.iter().map(|r| r.event.clone()).collect::<Vec<_>>(),
+        events[6..]
+    );
+    assert_eq!(
+        records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (6..10).collect::<Vec<u64>>()
+    );
+    let second = std::time::Duration::from_secs(1);
+    for r in &records {
+        let age = std::time::SystemTime::now()
+            .duration_since(r.at)
+            .expect("appended in the past");
+        assert!(age < 60 * second, "record {} appended {age:?} ago", r.seq);
+    }
 }
 
 #[tokio::test]

@@ -158,7 +158,7 @@ async fn previous_format_is_upgraded_and_its_runs_kept() {
     store.close();
     drop(store);
 
-    for old in ["reel-log/1", "reel-log/2", "reel-log/3"] {
+    for old in ["reel-log/1", "reel-log/2", "reel-log/3", "reel-log/4"] {
         tamper_format(dir.path(), Some(old));
         let store = FjallStore::open(dir.path()).expect("an older store opens");
         assert_run(&store, "r");

@@ -88,6 +88,11 @@ impl LogReader for CountingStore {
         self.inner.read_log_from(run_id, from)
     }
 
+    fn read_records(&self, run_id: &str, from: u64) -> Result<Vec<reel::Record>> {
+        self.note(Op::ReadLog, run_id);
+        self.inner.read_records(run_id, from)
+    }
+
     fn log_size(&self, run_id: &str, from: u64) -> Result<reel::LogSize> {
         self.inner.log_size(run_id, from)
     }
