@@ -95,24 +95,6 @@ pub(crate) const RUN_DEADLINE: &str = "@run-deadline";
 /// The timer id of the grace a cancelled run's cleanup gets before a hard cancel.
 pub(crate) const CANCEL_DEADLINE: &str = "@cancel-deadline";
 
-/// Timers created in `events` that have neither fired nor been cancelled.
-pub(crate) fn pending_timers<'a>(
-    run_id: &str,
-    events: impl Iterator<Item = &'a Event> + Clone,
-) -> Vec<TimerEntry> {
-    let settled: std::collections::HashSet<&str> = events
-        .clone()
-        .filter_map(|e| match e {
-            Event::TimerFired { id } | Event::TimerCancelled { id } => Some(id.as_str()),
-            _ => None,
-        })
-        .collect();
-    events
-        .filter_map(|e| timer_of(run_id, e))
-        .filter(|t| !settled.contains(t.timer_id.as_str()))
-        .collect()
-}
-
 /// The answer to an append made through a [`Journal`]: resolves when the write has
 /// landed (fsynced, for a durable one), and then advances the journal's durable
 /// mark so the live execution sees the new events.

@@ -25,8 +25,8 @@ use crate::blocking::blocking;
 use crate::engine::{Engine, Execution, Outcome, Registry};
 use crate::error::ActorError;
 use crate::host::RunHost;
-use crate::journal::{Journal, pending_timers};
-use crate::message::{Delivery, Resume, StopRun, is_detached};
+use crate::journal::Journal;
+use crate::message::{Delivery, Resume, StopRun};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::services::Services;
@@ -331,10 +331,7 @@ impl RunActor {
     ) -> Result<(), ActorError> {
         self.journal.close();
         let meta = self.meta_with(state);
-        let run_id = self.run_id.clone();
-        let timers = self
-            .journal
-            .with_events(|h, t| pending_timers(&run_id, h.iter().chain(t.iter())));
+        let timers = self.journal.with_index(|i| i.pending_timers(&self.run_id));
         self.journal
             .append_final(events, meta.clone(), timers)
             .await?;
@@ -398,27 +395,7 @@ impl RunActor {
 
     /// The children the run waits on that have not ended (detached ones excluded).
     fn unfinished_children(&self) -> Vec<String> {
-        self.journal.with_events(|h, t| {
-            let done: std::collections::HashSet<&str> = h
-                .iter()
-                .chain(t)
-                .filter_map(|e| match e {
-                    Event::ChildCompleted { id, .. } => Some(id.as_str()),
-                    _ => None,
-                })
-                .collect();
-            h.iter()
-                .chain(t)
-                .filter_map(|e| match e {
-                    Event::ChildStarted { id, run_id, .. }
-                        if !done.contains(id.as_str()) && !is_detached(id) =>
-                    {
-                        Some(run_id.clone())
-                    }
-                    _ => None,
-                })
-                .collect()
-        })
+        self.journal.with_index(|i| i.unfinished_children())
     }
 }
 

@@ -5,7 +5,9 @@
 
 use std::collections::HashSet;
 
-use reel_storage::Event;
+use reel_storage::{Event, TimerEntry};
+
+use crate::message::is_detached;
 
 /// The id of the backoff timer after a failed attempt of a step.
 pub fn retry_timer_id(step_id: &str, failed_attempt: u32) -> String {
@@ -48,6 +50,8 @@ pub(crate) struct LogIndex {
     child_ends: HashSet<String>,
     /// Wait ids of `ChildDetached`.
     detached_starts: HashSet<String>,
+    /// The reason of the first `CancelRequested`.
+    cancel_reason: Option<String>,
 }
 
 impl LogIndex {
@@ -66,6 +70,9 @@ impl LogIndex {
             match e {
                 Event::ChildStarted { id, run_id, .. } => {
                     self.children.insert((id.clone(), run_id.clone()));
+                }
+                Event::CancelRequested { reason } if self.cancel_reason.is_none() => {
+                    self.cancel_reason = Some(reason.clone());
                 }
                 Event::TimerFired { id } => {
                     self.fired.insert(id.clone());
@@ -98,6 +105,41 @@ impl LogIndex {
     pub(crate) fn called_child(&self, wait_id: &str, child: &str) -> bool {
         self.children
             .contains(&(wait_id.to_owned(), child.to_owned()))
+    }
+
+    /// The segment's timers that have neither fired nor been cancelled, in
+    /// due-time order.
+    pub(crate) fn pending_timers(&self, run_id: &str) -> Vec<TimerEntry> {
+        let mut pending: Vec<TimerEntry> = self
+            .created
+            .iter()
+            .filter(|(_, id)| !self.fired.contains(id) && !self.cancelled.contains(id))
+            .map(|(fire_at, id)| TimerEntry {
+                fire_at: *fire_at,
+                run_id: run_id.to_owned(),
+                timer_id: id.clone(),
+            })
+            .collect();
+        pending.sort();
+        pending
+    }
+
+    /// The run ids of the children the segment waits on that have not ended
+    /// (detached ones excluded), sorted.
+    pub(crate) fn unfinished_children(&self) -> Vec<String> {
+        let mut children: Vec<String> = self
+            .children
+            .iter()
+            .filter(|(wait_id, _)| !is_detached(wait_id) && !self.child_ends.contains(wait_id))
+            .map(|(_, run_id)| run_id.clone())
+            .collect();
+        children.sort();
+        children
+    }
+
+    /// The reason of the segment's cancel request, if it has one.
+    pub(crate) fn cancel_reason(&self) -> Option<&str> {
+        self.cancel_reason.as_deref()
     }
 
     /// Whether the log records that timer `id` fired.
@@ -166,5 +208,57 @@ mod tests {
         };
         assert!(index.has_child_news(&done));
         assert!(!index.has_child_news(&detached));
+    }
+
+    #[test]
+    fn pending_timers_unfinished_children_and_the_cancel_request() {
+        let child = |id: &str, run_id: &str| Event::ChildStarted {
+            id: id.into(),
+            workflow: "w".into(),
+            version: 1,
+            run_id: run_id.into(),
+        };
+        let index = LogIndex::new(&[
+            Event::TimerScheduled {
+                id: "timer#2".into(),
+                fire_at: 20,
+            },
+            Event::TimerScheduled {
+                id: "timer#1".into(),
+                fire_at: 10,
+            },
+            Event::TimerScheduled {
+                id: "timer#3".into(),
+                fire_at: 30,
+            },
+            Event::TimerFired {
+                id: "timer#3".into(),
+            },
+            child("child#1", "b"),
+            child("child#2", "a"),
+            child("detached#1", "d"),
+            child("child#3", "c"),
+            Event::ChildCompleted {
+                id: "child#3".into(),
+                result: Ok(Payload::default()),
+            },
+            Event::CancelRequested {
+                reason: "first".into(),
+            },
+            Event::CancelRequested {
+                reason: "second".into(),
+            },
+        ]);
+        let pending: Vec<(u64, String)> = index
+            .pending_timers("r")
+            .into_iter()
+            .map(|t| (t.fire_at, t.timer_id))
+            .collect();
+        assert_eq!(
+            pending,
+            [(10, "timer#1".to_owned()), (20, "timer#2".to_owned())]
+        );
+        assert_eq!(index.unfinished_children(), ["a", "b"]);
+        assert_eq!(index.cancel_reason(), Some("first"));
     }
 }

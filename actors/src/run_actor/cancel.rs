@@ -51,12 +51,8 @@ impl RunActor {
 
     /// The reason of the cancel request in the log, if there is one.
     pub(super) fn cancel_requested(&self) -> Option<String> {
-        self.journal.with_events(|h, t| {
-            h.iter().chain(t).find_map(|e| match e {
-                Event::CancelRequested { reason } => Some(reason.clone()),
-                _ => None,
-            })
-        })
+        self.journal
+            .with_index(|i| i.cancel_reason().map(str::to_owned))
     }
 
     /// Appends the request (after `events`) with its grace deadline, wakes the

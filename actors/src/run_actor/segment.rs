@@ -22,7 +22,7 @@ use reel_storage::{Event, Payload, RunState, TimerEntry};
 
 use super::RunActor;
 use crate::error::ActorError;
-use crate::journal::{Journal, pending_timers};
+use crate::journal::Journal;
 
 /// What the new segment begins with, taken from the old one.
 struct Carried {
@@ -109,14 +109,13 @@ impl RunActor {
 
     /// What the new segment takes from the current one.
     fn carry_over(&self, carried: &[u64], seen: u64) -> Carried {
-        let run_id = self.run_id.clone();
         let carried: HashSet<u64> = carried.iter().copied().collect();
+        let (deadlines, remove): (Vec<TimerEntry>, Vec<TimerEntry>) = self
+            .journal
+            .with_index(|i| i.pending_timers(&self.run_id))
+            .into_iter()
+            .partition(|t| t.timer_id.starts_with('@'));
         self.journal.with_events(|h, t| {
-            let log = || h.iter().chain(t.iter());
-            let (deadlines, remove): (Vec<TimerEntry>, Vec<TimerEntry>) =
-                pending_timers(&run_id, log())
-                    .into_iter()
-                    .partition(|t| t.timer_id.starts_with('@'));
             let mut events: Vec<Event> = deadlines
                 .into_iter()
                 .map(|t| Event::Deadline {
@@ -125,7 +124,7 @@ impl RunActor {
                 })
                 .collect();
             let mut signals = 0;
-            for (seq, e) in (0u64..).zip(log()) {
+            for (seq, e) in (0u64..).zip(h.iter().chain(t)) {
                 match e {
                     Event::SignalReceived { .. } if seq >= seen || carried.contains(&seq) => {
                         signals += 1;
