@@ -351,6 +351,16 @@ where
         })
     }
 
+    /// Ends with `outcome` (the handler returned, or continued as new): the child
+    /// starts it queued begin now, caught up or not, and the outcome is reported
+    /// once they are done.
+    fn end_with(&mut self, outcome: Outcome, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
+        let effects = std::mem::take(&mut self.ctx.lock().effects);
+        self.start_effects(effects);
+        self.ending = Some(outcome);
+        self.end(cx)
+    }
+
     /// Reports the handler's outcome once the child starts still under way are done.
     fn end(&mut self, cx: &mut Context<'_>) -> Poll<Option<Outcome>> {
         while let Poll::Ready(Some(_)) = self.effects.poll_next_unpin(cx) {}
@@ -432,10 +442,7 @@ where
                     return this.finish(o);
                 }
                 // The handler returned: what it queued starts now, caught up or not.
-                let effects = std::mem::take(&mut this.ctx.lock().effects);
-                this.start_effects(effects);
-                this.ending = Some(o);
-                return this.end(cx);
+                return this.end_with(o, cx);
             }
             if let Some(o) = this.stopped() {
                 return this.finish(o);
@@ -445,10 +452,7 @@ where
                     return this.finish(o);
                 }
                 // As when the handler returns: what it queued starts first.
-                let effects = std::mem::take(&mut this.ctx.lock().effects);
-                this.start_effects(effects);
-                this.ending = Some(o);
-                return this.end(cx);
+                return this.end_with(o, cx);
             }
             if this.top.woken.swap(false, Ordering::AcqRel) {
                 continue;

@@ -5,7 +5,8 @@
 use super::*;
 
 impl Core {
-    pub(super) async fn forget(&self, run_id: &str, actor: ActorId) {
+    /// Removes the run's live entry if it is still the actor `actor`.
+    pub(super) fn forget(&self, run_id: &str, actor: ActorId) {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         if live
             .get(run_id)
@@ -18,7 +19,7 @@ impl Core {
 
     /// Removes the run's entry if it is still `actor`: called by a passivating actor.
     pub(crate) async fn retire(&self, run_id: &str, actor: ActorId) {
-        self.forget(run_id, actor).await;
+        self.forget(run_id, actor);
     }
 
     /// The run's actor, spawned if it has none (or a dead one). Its cell is taken or
@@ -129,16 +130,7 @@ impl Core {
         else {
             return;
         };
-        {
-            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-            if live
-                .get(&run_id)
-                .and_then(|cell| cell.get())
-                .is_some_and(|a| a.id() == id)
-            {
-                live.remove(&run_id);
-            }
-        }
+        self.forget(&run_id, id);
         let crash = self
             .crash_messages
             .lock()

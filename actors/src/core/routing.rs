@@ -66,7 +66,7 @@ impl Core {
                 Err(SendError::HandlerError(e)) => return Err(e),
                 Err(e) => last = e.to_string(),
             }
-            self.forget(run_id, actor.id()).await;
+            self.forget(run_id, actor.id());
             tokio::task::yield_now().await;
         }
         Err(ActorError::Unavailable {
