@@ -23,7 +23,7 @@ use crate::replay::Replay;
 use crate::slots::{Key, Resolution, Slots};
 use crate::{Error, Result, RetryPolicy};
 
-/// A human decision delivered with [`RunHandle::approve`](crate::RunHandle::approve).
+/// A human decision delivered with [`AnyRun::approve`](crate::AnyRun::approve).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {
     /// Approved or rejected.
@@ -251,7 +251,7 @@ impl Ctx {
     }
 
     /// Resolves with the reason once the run has been asked to cancel
-    /// ([`RunHandle::cancel`](crate::RunHandle::cancel), a parent's cancel, or the
+    /// ([`AnyRun::cancel`](crate::AnyRun::cancel), a parent's cancel, or the
     /// run's deadline). The request reaches the handler at the same point on every
     /// replay.
     ///

@@ -1,7 +1,7 @@
 //! The public error type.
 
 use reel_actors::ActorError;
-use reel_storage::{Failure, StorageError};
+use reel_storage::{Failure, StatusKind, StorageError};
 
 /// Result alias with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -73,6 +73,17 @@ pub enum Error {
     /// The host is shut down.
     #[error("the host is shut down")]
     Shutdown,
+    /// The run is in a state that does not allow the action (pause a finished run,
+    /// delete a running one, fork past the end of a log). Nothing was changed.
+    #[error("cannot {action} run `{run_id}`: it is {state}")]
+    InvalidState {
+        /// The run id.
+        run_id: String,
+        /// The state it is in.
+        state: StatusKind,
+        /// What was asked (`"pause"`, `"delete"`, ...).
+        action: String,
+    },
     /// The store's directory is held by another live host: another process, or a
     /// [`Host`](crate::Host) in this process that has not shut down. (A host whose
     /// last clone was dropped is waited for: it shuts down in the background.)
@@ -254,6 +265,15 @@ impl From<ActorError> for Error {
             ActorError::NotRegistered(f) => f.into(),
             ActorError::Storage(s) => s.into(),
             ActorError::Shutdown => Error::Shutdown,
+            ActorError::InvalidState {
+                run_id,
+                state,
+                action,
+            } => Error::InvalidState {
+                run_id,
+                state,
+                action,
+            },
             other => Error::Storage(other.to_string()),
         }
     }

@@ -1,7 +1,6 @@
 //! [`Host`] and its builder, and the engine each registered workflow runs on.
 
 use std::collections::HashMap;
-use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +11,7 @@ use reel_storage::{Failure, FjallStore, MemStore, Store};
 
 use crate::ctx::{encode, millis};
 use crate::driver::execute;
-use crate::{Error, Result, RunHandle, RunInfo, StartOptions, Workflow, closing};
+use crate::{AnyRun, Error, Result, RunHandle, RunInfo, StartOptions, Workflow, closing};
 
 struct WorkflowEngine<W: Workflow>(Arc<W>);
 
@@ -133,7 +132,7 @@ impl HostBuilder {
 
     /// How long a cancelled run's handler may go on cleaning up before the run is
     /// cancelled hard (default 30 s; zero cancels at once, as
-    /// [`RunHandle::terminate`] does).
+    /// [`AnyRun::terminate`] does).
     pub fn cancel_grace(mut self, d: Duration) -> Self {
         self.options.cancel_grace = d;
         self
@@ -349,11 +348,13 @@ impl Host {
 
     /// A handle on a run, without checking that it exists (its methods do).
     pub fn handle<W: Workflow>(&self, run_id: &str) -> RunHandle<W> {
-        RunHandle {
-            core: Some(self.core().clone()),
-            run_id: Arc::from(run_id),
-            workflow: PhantomData,
-        }
+        RunHandle::new(self.run(run_id))
+    }
+
+    /// An untyped handle on a run of any workflow, without checking that it exists
+    /// (its methods do): what a tool acting on runs it has no Rust type for holds.
+    pub fn run(&self, run_id: &str) -> AnyRun {
+        AnyRun::new(Some(self.core().clone()), run_id)
     }
 
     /// Every run with its status.

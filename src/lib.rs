@@ -67,6 +67,7 @@
 //! # Ok(()) }
 //! ```
 
+mod any_run;
 mod closing;
 mod ctx;
 mod driver;
@@ -81,12 +82,13 @@ mod step_error;
 pub mod testing;
 mod workflow;
 
+pub use any_run::AnyRun;
 pub use ctx::{Approval, Ctx, StepCtx};
 pub use error::{Error, Result};
 pub use handle::RunHandle;
 pub use host::{Host, HostBuilder};
 pub use reel_storage::{
-    AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, Store,
+    AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, StatusKind, Store,
 };
 pub use status::{RunInfo, RunStatus, StartOptions};
 pub use step_error::StepError;

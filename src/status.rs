@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reel_storage::{LogSize, RunMeta, RunState};
+use reel_storage::{LogSize, RunMeta, RunState, StatusKind};
 
 use crate::Error;
 
@@ -33,6 +33,24 @@ pub enum RunStatus {
         /// The error's Display text.
         error: String,
     },
+    /// Paused by an operator ([`AnyRun::pause`](crate::AnyRun)): executes nothing;
+    /// wake-ups are recorded and applied when it is resumed.
+    Paused,
+}
+
+impl RunStatus {
+    /// The status without its data.
+    pub fn kind(&self) -> StatusKind {
+        match self {
+            RunStatus::Running => StatusKind::Running,
+            RunStatus::Suspended { .. } => StatusKind::Suspended,
+            RunStatus::Completed => StatusKind::Completed,
+            RunStatus::Failed { .. } => StatusKind::Failed,
+            RunStatus::Cancelled => StatusKind::Cancelled,
+            RunStatus::Parked { .. } => StatusKind::Parked,
+            RunStatus::Paused => StatusKind::Paused,
+        }
+    }
 }
 
 impl From<&RunState> for RunStatus {
@@ -55,7 +73,7 @@ impl From<&RunState> for RunStatus {
     }
 }
 
-/// How a run is started ([`Host::start_with`]).
+/// How a run is started ([`Host::start_with`](crate::Host::start_with)).
 #[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StartOptions {
@@ -73,7 +91,7 @@ impl StartOptions {
     }
 }
 
-/// One line of [`Host::runs`].
+/// One line of [`Host::runs`](crate::Host::runs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunInfo {
     /// The run id.
@@ -90,7 +108,7 @@ pub struct RunInfo {
     /// segment, from 0).
     pub segment: u32,
     /// The size of the current log segment, which every wake-up replays: filled
-    /// in by [`RunHandle::info`](crate::RunHandle::info) (it reads the segment's
+    /// in by [`AnyRun::info`](crate::AnyRun::info) (it reads the segment's
     /// records), `None` in listings.
     pub log: Option<LogSize>,
 }

@@ -1,6 +1,6 @@
 //! Replaying recorded logs without a host, like Temporal's `WorkflowReplayer`.
 //!
-//! Save a run's log (`RunHandle::events()`, [`Event`] is serde) and replay it in CI
+//! Save a run's log (`AnyRun::events()`, [`Event`] is serde) and replay it in CI
 //! against the current code: a change that would break running workflows shows up
 //! as a [`Error::ReplayDivergence`] naming the first divergent event.
 //!

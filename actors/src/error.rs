@@ -1,6 +1,6 @@
 //! The actors layer's error type.
 
-use reel_storage::{Failure, StorageError};
+use reel_storage::{Failure, StatusKind, StorageError};
 
 /// Why a host operation was refused.
 #[non_exhaustive]
@@ -36,6 +36,17 @@ pub enum ActorError {
         run_id: String,
         /// What went wrong.
         reason: String,
+    },
+    /// The run is in a state that does not allow the action (pause a finished run,
+    /// delete a running one).
+    #[error("cannot {action} run `{run_id}`: it is {state}")]
+    InvalidState {
+        /// The run id.
+        run_id: String,
+        /// The state it is in.
+        state: StatusKind,
+        /// What was asked (`"pause"`, `"delete"`, ...).
+        action: String,
     },
     /// The run actor was retired while the message was queued; the sender retries.
     #[error("run actor retired")]

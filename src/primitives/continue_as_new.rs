@@ -26,7 +26,7 @@ impl Ctx {
     /// of the handler of `W` (this run's workflow, any registered version of it),
     /// with `input`. Signals the run received and did not consume carry over to the
     /// new segment, as does a cancel request. The old segment stays readable in the
-    /// log ([`RunHandle::events`](crate::RunHandle::events)); the run id, its
+    /// log ([`AnyRun::events`](crate::AnyRun::events)); the run id, its
     /// handles and [`RunHandle::result`](crate::RunHandle::result) (which waits for
     /// the last segment) are unchanged. Use it in a run that loops for ever, every
     /// few thousand events, so that a wake-up's replay stays short.

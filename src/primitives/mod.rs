@@ -18,8 +18,8 @@
 //! - `continue_as_new`: [`Ctx::continue_as_new`](crate::Ctx::continue_as_new):
 //!   a long-lived run starts a new log segment.
 //! - `publish`: [`Ctx::publish`](crate::Ctx::publish), read with
-//!   [`RunHandle::published`](crate::RunHandle::published) and
-//!   [`RunHandle::wait_published`](crate::RunHandle::wait_published).
+//!   [`AnyRun::published`](crate::AnyRun::published) and
+//!   [`AnyRun::wait_published`](crate::AnyRun::wait_published).
 
 mod child;
 mod continue_as_new;

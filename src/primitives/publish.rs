@@ -1,5 +1,5 @@
 //! Published values: `ctx.publish`, read from outside with
-//! [`RunHandle::published`] and [`RunHandle::wait_published`] (DBOS's
+//! [`AnyRun::published`] and [`AnyRun::wait_published`] (DBOS's
 //! `set_event` / `get_event`).
 //!
 //! `Published { key, value }` is recorded (fsynced) when `publish` is called. It is
@@ -16,12 +16,12 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use crate::ctx::{decode, encode};
 use crate::replay::{Kind, Opened};
-use crate::{Ctx, Result, RunHandle, Workflow};
+use crate::{AnyRun, Ctx, Result};
 
 impl Ctx {
     /// Publishes `value` under `key` for readers outside the run (progress, a
-    /// status, an intermediate result): [`RunHandle::published`] returns the latest
-    /// value published under a key, [`RunHandle::wait_published`] waits for one.
+    /// status, an intermediate result): [`AnyRun::published`] returns the latest
+    /// value published under a key, [`AnyRun::wait_published`] waits for one.
     /// Recorded durably once; replay does not record it again.
     ///
     /// ```no_run
@@ -66,7 +66,7 @@ impl Ctx {
     }
 }
 
-impl<W: Workflow> RunHandle<W> {
+impl AnyRun {
     /// The latest value the run published under `key` with
     /// [`Ctx::publish`](crate::Ctx::publish), read from its durable log; `None` if
     /// it has published none (yet). Works for finished runs and across restarts.

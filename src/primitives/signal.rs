@@ -68,7 +68,7 @@ impl Ctx {
     }
 
     /// Waits for a named human decision, sent with
-    /// [`RunHandle::approve`](crate::RunHandle::approve).
+    /// [`AnyRun::approve`](crate::AnyRun::approve).
     ///
     /// # Errors
     /// As [`Ctx::wait_for_signal`].

@@ -326,7 +326,7 @@ pub enum Event {
         id: String,
     },
     /// The handler published a value under a key (`ctx.publish`); readers get the
-    /// latest one with `RunHandle::published`.
+    /// latest one with `AnyRun::published`.
     Published {
         /// The key.
         key: String,

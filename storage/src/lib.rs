@@ -41,7 +41,7 @@ pub use event::{AttemptError, Event, Failure, Payload};
 pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};
 pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;
-pub use meta::{ParentLink, RunMeta, RunState, TimerEntry};
+pub use meta::{ParentLink, RunMeta, RunState, StatusKind, TimerEntry};
 pub use record::Record;
 pub use scan::{CorruptRecord, Scan};
 pub use store::{

@@ -38,7 +38,82 @@ pub enum RunState {
     },
 }
 
+/// A run state without its data: what listings filter on and counts group by.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum StatusKind {
+    /// [`RunState::Running`].
+    Running,
+    /// [`RunState::Suspended`].
+    Suspended,
+    /// [`RunState::Completed`].
+    Completed,
+    /// [`RunState::Failed`].
+    Failed,
+    /// [`RunState::Cancelled`].
+    Cancelled,
+    /// [`RunState::Parked`].
+    Parked,
+    /// Paused by an operator: executes nothing until resumed.
+    Paused,
+}
+
+impl StatusKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [StatusKind; 7] = [
+        StatusKind::Running,
+        StatusKind::Suspended,
+        StatusKind::Completed,
+        StatusKind::Failed,
+        StatusKind::Cancelled,
+        StatusKind::Parked,
+        StatusKind::Paused,
+    ];
+
+    /// The lower-case name (`"running"`, `"suspended"`, ...), as tools print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusKind::Running => "running",
+            StatusKind::Suspended => "suspended",
+            StatusKind::Completed => "completed",
+            StatusKind::Failed => "failed",
+            StatusKind::Cancelled => "cancelled",
+            StatusKind::Parked => "parked",
+            StatusKind::Paused => "paused",
+        }
+    }
+}
+
+impl std::fmt::Display for StatusKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for StatusKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<StatusKind, String> {
+        StatusKind::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown status `{s}` (one of: running, suspended, completed, failed, cancelled, parked, paused)"))
+    }
+}
+
 impl RunState {
+    /// The state without its data.
+    pub fn kind(&self) -> StatusKind {
+        match self {
+            RunState::Running => StatusKind::Running,
+            RunState::Suspended { .. } => StatusKind::Suspended,
+            RunState::Completed => StatusKind::Completed,
+            RunState::Failed { .. } => StatusKind::Failed,
+            RunState::Cancelled { .. } => StatusKind::Cancelled,
+            RunState::Parked { .. } => StatusKind::Parked,
+        }
+    }
+
     /// Whether the run has ended for good.
     pub fn is_finished(&self) -> bool {
         matches!(
