@@ -28,7 +28,10 @@
 //!   reaches, signal routing and buffering, the cancel request and the waits it
 //!   ends).
 //! - `host`: [`Host`], [`HostBuilder`] and the engine of each registered workflow.
-//! - `handle`: [`RunHandle`]: signal, cancel, status, result, events, children.
+//! - `any_run`: [`AnyRun`], the untyped handle on a run (signal, cancel, status,
+//!   records, children, output as any serde type): what tools hold.
+//! - `handle`: [`RunHandle`], a run of a known workflow: its typed output; it
+//!   dereferences to [`AnyRun`] for everything else.
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
