@@ -73,6 +73,10 @@ pub enum Error {
     /// The host is shut down.
     #[error("the host is shut down")]
     Shutdown,
+    /// An argument is out of range or malformed (a page size of 0, a cursor
+    /// string that is not one); the message says which and why.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// The run is in a state that does not allow the action (pause a finished run,
     /// delete a running one, fork past the end of a log). Nothing was changed.
     #[error("cannot {action} run `{run_id}`: it is {state}")]

@@ -32,6 +32,8 @@
 //!   records, children, output as any serde type): what tools hold.
 //! - `handle`: [`RunHandle`], a run of a known workflow: its typed output; it
 //!   dereferences to [`AnyRun`] for everything else.
+//! - `listing`: [`RunFilter`], [`Page`], [`Cursor`]: [`Host::list`] and
+//!   [`Host::count`] over the store's indexes.
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
@@ -77,6 +79,7 @@ mod driver;
 mod error;
 mod handle;
 mod host;
+mod listing;
 mod primitives;
 mod replay;
 mod slots;
@@ -90,6 +93,7 @@ pub use ctx::{Approval, Ctx, StepCtx};
 pub use error::{Error, Result};
 pub use handle::RunHandle;
 pub use host::{Host, HostBuilder};
+pub use listing::{Cursor, Page, RunFilter};
 pub use reel_storage::{
     AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, StatusKind, Store,
 };

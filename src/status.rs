@@ -1,7 +1,7 @@
 //! What the API reports about runs and takes to start them: [`RunStatus`],
 //! [`RunInfo`], [`StartOptions`].
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reel_storage::{LogSize, RunMeta, RunState, StatusKind};
 
@@ -91,7 +91,7 @@ impl StartOptions {
     }
 }
 
-/// One line of [`Host::runs`](crate::Host::runs).
+/// One line of [`Host::list`](crate::Host::list) and [`Host::runs`](crate::Host::runs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunInfo {
     /// The run id.
@@ -107,6 +107,10 @@ pub struct RunInfo {
     /// How many times the run has continued as new (the number of its current log
     /// segment, from 0).
     pub segment: u32,
+    /// When the run was started.
+    pub created_at: SystemTime,
+    /// When its state last changed.
+    pub updated_at: SystemTime,
     /// The size of the current log segment, which every wake-up replays: filled
     /// in by [`AnyRun::info`](crate::AnyRun::info) (it reads the segment's
     /// records), `None` in listings.
@@ -119,6 +123,8 @@ impl From<RunMeta> for RunInfo {
             status: RunStatus::from(&m.state),
             parent: m.parent.map(|p| p.run_id),
             segment: m.segment,
+            created_at: UNIX_EPOCH + Duration::from_millis(m.created_at),
+            updated_at: UNIX_EPOCH + Duration::from_millis(m.updated_at),
             log: None,
             run_id: m.run_id,
             workflow: m.workflow,

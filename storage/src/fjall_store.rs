@@ -1,18 +1,24 @@
-//! The fjall backend: one database, four keyspaces, one group-commit writer thread.
+//! The fjall backend: one database, six keyspaces, one group-commit writer thread.
 //!
 //! Keyspaces: `log` (run id, NUL, big-endian sequence → event), `runs` (run id →
 //! [`RunMeta`]), `active` (run id → [`RunMeta`] of unfinished runs only, so recovery
 //! never reads finished runs), `timers` (big-endian due time, run id, NUL, timer id →
-//! empty) and `reel` (format version).
+//! empty), `listing` (the listing indexes and status counts, see `index`) and `reel`
+//! (format version, and the marker that the listing indexes are complete).
+//!
+//! # Layout
+//! - this file: opening (and creating, and upgrading) the store; reads.
+//! - `writer`: the group-commit writer thread.
+//! - `index`: the listing indexes and status counts, kept by the writer.
 //!
 //! fjall's journal holds one mutex across write and fsync, so concurrent committers
 //! would each pay an fsync. Instead every append goes through a channel to one
 //! writer thread that drains what is queued into one batch, commits it with one
 //! fdatasync and only then answers every caller of that batch.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
@@ -20,10 +26,16 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use tokio::sync::oneshot;
 
 use crate::keys::{encode_timer_key, log_end, log_key, log_prefix, seq_of};
+use crate::listing::{MetaPage, RunQuery};
 use crate::store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
 };
-use crate::{Event, Record, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
+use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry, decode_timer_key};
+
+mod index;
+mod writer;
+
+use index::Listed;
 
 /// The on-disk format this build writes and reads.
 ///
@@ -76,6 +88,7 @@ struct Keyspaces {
     runs: Keyspace,
     active: Keyspace,
     timers: Keyspace,
+    listing: Keyspace,
 }
 
 struct Request {
@@ -88,6 +101,7 @@ struct Encoded {
     expected_seq: Option<u64>,
     records: Vec<Vec<u8>>,
     meta: Option<(Vec<u8>, bool)>,
+    listed: Option<Listed>,
     add_timers: Vec<Vec<u8>>,
     remove_timers: Vec<Vec<u8>>,
     durable: bool,
@@ -118,6 +132,7 @@ fn open_keyspaces(path: &Path, options: &StoreOptions) -> Result<(Database, Keys
         runs: ks("runs")?,
         active: ks("active")?,
         timers: ks("timers")?,
+        listing: ks("listing")?,
         db: db.clone(),
     };
     let format = ks("reel")?;
@@ -154,6 +169,7 @@ fn create_atomically(path: &Path, options: &StoreOptions) -> Result<()> {
     {
         let (db, _keyspaces, format) = open_keyspaces(&staging, options)?;
         format.insert("format", FORMAT_VERSION)?;
+        format.insert(index::MARKER, "1")?;
         db.persist(PersistMode::SyncAll)?;
     }
     if path.exists() {
@@ -243,11 +259,12 @@ impl FjallStore {
                 db.persist(PersistMode::SyncAll)?;
             }
         }
+        index::build_if_missing(&keyspaces, &format)?;
         let (tx, rx) = mpsc::channel();
         let writer_ks = keyspaces.clone();
         let writer = std::thread::Builder::new()
             .name("reel-writer".into())
-            .spawn(move || writer_loop(writer_ks, rx))
+            .spawn(move || writer::writer_loop(writer_ks, rx))
             .map_err(|e| StorageError::Io(e.to_string()))?;
         Ok(Arc::new(FjallStore {
             ks: RwLock::new(Some(keyspaces)),
@@ -278,6 +295,7 @@ impl FjallStore {
             None => None,
         };
         Ok(Encoded {
+            listed: append.meta.as_ref().map(Listed::of),
             records,
             meta,
             add_timers: append.add_timers.iter().map(encode_timer_key).collect(),
@@ -387,6 +405,14 @@ impl MetaReader for FjallStore {
         let ks = self.keyspaces()?;
         scan_meta("active", &ks.active)
     }
+
+    fn list_page(&self, query: &RunQuery) -> Result<MetaPage> {
+        index::page(&self.keyspaces()?, query)
+    }
+
+    fn count_by_status(&self) -> Result<BTreeMap<StatusKind, u64>> {
+        index::counts(&self.keyspaces()?.listing)
+    }
 }
 
 /// Decodes every record of a metadata keyspace; one that does not decode is reported,
@@ -445,149 +471,5 @@ impl Store for FjallStore {
 impl Drop for FjallStore {
     fn drop(&mut self) {
         self.close();
-    }
-}
-
-/// Next sequence numbers of recently written runs, so the CAS check rarely reads disk.
-struct SeqCache(HashMap<String, u64>);
-
-impl SeqCache {
-    fn next_seq(&mut self, ks: &Keyspaces, run_id: &str) -> Result<u64> {
-        if let Some(seq) = self.0.get(run_id) {
-            return Ok(*seq);
-        }
-        let next = match ks.log.prefix(log_prefix(run_id)).next_back() {
-            Some(g) => seq_of(run_id, &g.key()?)? + 1,
-            None => 0,
-        };
-        self.0.insert(run_id.to_owned(), next);
-        Ok(next)
-    }
-}
-
-fn writer_loop(ks: Keyspaces, rx: Receiver<Request>) {
-    let mut cache = SeqCache(HashMap::new());
-    let mut failed = None;
-    let mut pending: Vec<Request> = Vec::with_capacity(MAX_BATCH);
-    while let Ok(first) = rx.recv() {
-        pending.push(first);
-        while pending.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(r) => pending.push(r),
-                Err(_) => break,
-            }
-        }
-        commit_batch(&ks, &mut cache, &mut pending, &mut failed);
-    }
-    let _ = ks.db.persist(PersistMode::SyncAll);
-}
-
-fn commit_batch(
-    ks: &Keyspaces,
-    cache: &mut SeqCache,
-    pending: &mut Vec<Request>,
-    failed: &mut Option<String>,
-) {
-    // fjall refuses every write after a failed one (it cannot know what reached the
-    // disk): answer with the original failure, which names the cause (disk full),
-    // rather than with whatever the refusal looks like from here.
-    if let Some(cause) = failed.as_ref() {
-        for req in pending.drain(..) {
-            let _ = req.reply.send(Err(StorageError::Io(format!(
-                "the store refuses writes after an earlier write failed: {cause}"
-            ))));
-        }
-        return;
-    }
-    // While a batch is being built the cache holds sequence numbers of records not on
-    // disk yet, so it may only shrink between batches: clearing it or dropping a run
-    // mid-batch would make the next check of that run read the stale on-disk tail and
-    // accept a second writer for a sequence number already taken in this batch.
-    if cache.0.len() >= SEQ_CACHE_LIMIT {
-        cache.0.clear();
-    }
-    let mut finished_runs = Vec::new();
-    let durable = pending.iter().any(|r| r.append.durable);
-    let mut batch = ks.db.batch().durability(Some(if durable {
-        PersistMode::SyncData
-    } else {
-        PersistMode::Buffer
-    }));
-    let mut accepted = Vec::with_capacity(pending.len());
-    let mut refused = Vec::new();
-    for req in pending.drain(..) {
-        let a = &req.append;
-        if let Some(expected) = a.expected_seq {
-            let actual = match cache.next_seq(ks, &a.run_id) {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = req.reply.send(Err(e));
-                    continue;
-                }
-            };
-            if actual != expected {
-                // Answered after the commit: the loser must be able to read what the
-                // winner wrote in this very batch.
-                refused.push((
-                    req.reply,
-                    StorageError::Conflict {
-                        run_id: a.run_id.clone(),
-                        expected,
-                        actual,
-                    },
-                ));
-                continue;
-            }
-            for (i, record) in a.records.iter().enumerate() {
-                batch.insert(
-                    &ks.log,
-                    log_key(&a.run_id, expected + i as u64),
-                    record.as_slice(),
-                );
-            }
-            cache
-                .0
-                .insert(a.run_id.clone(), expected + a.records.len() as u64);
-        }
-        if let Some((meta, finished)) = &a.meta {
-            batch.insert(&ks.runs, a.run_id.as_str(), meta.as_slice());
-            if *finished {
-                batch.remove(&ks.active, a.run_id.as_str());
-                finished_runs.push(a.run_id.clone());
-            } else {
-                batch.insert(&ks.active, a.run_id.as_str(), meta.as_slice());
-            }
-        }
-        for t in &a.remove_timers {
-            batch.remove(&ks.timers, t.as_slice());
-        }
-        for t in &a.add_timers {
-            batch.insert(&ks.timers, t.as_slice(), [].as_slice());
-        }
-        accepted.push(req.reply);
-    }
-    let result = batch.commit();
-    if let Err(e) = &result {
-        *failed = Some(e.to_string());
-        tracing::error!(error = %e, "reel: batch commit failed; {} writers get the error", accepted.len());
-        // The sequence numbers we advanced were not written: forget them.
-        cache.0.clear();
-    } else {
-        // Finished runs take no more appends: keep the cache small. Only now that
-        // their records are on disk can a later check read their tail from there.
-        for run_id in &finished_runs {
-            cache.0.remove(run_id);
-        }
-    }
-    for reply in accepted {
-        let _ = reply.send(
-            result
-                .as_ref()
-                .map(|_| ())
-                .map_err(|e| StorageError::Io(e.to_string())),
-        );
-    }
-    for (reply, conflict) in refused {
-        let _ = reply.send(Err(conflict));
     }
 }

@@ -16,6 +16,8 @@
 //! - `store`: the narrow traits ([`LogWriter`], [`LogReader`], [`MetaReader`],
 //!   [`TimerReader`], [`Store`]) and the write unit [`Append`] with its [`Ticket`].
 //! - `fjall_store`: [`FjallStore`], the fjall backend and its group-commit writer.
+//! - [`listing`]: the page query of [`MetaReader::list_page`], its cursor and
+//!   order.
 //! - `keys`: the key layout of the keyspaces and its decoders
 //!   ([`encode_timer_key`], [`decode_timer_key`]).
 //! - `scan`: [`Scan`] and [`CorruptRecord`]: scans return the good records and report
@@ -29,6 +31,7 @@ mod error;
 mod event;
 mod fjall_store;
 mod keys;
+pub mod listing;
 mod mem_store;
 mod meta;
 mod record;

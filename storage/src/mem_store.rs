@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
+use crate::listing::{ListCursor, MetaPage, RunQuery, page_of_sorted};
 use crate::store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
 };
-use crate::{Event, Record, RunMeta, Scan, StorageError, TimerEntry};
+use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry};
 
 #[derive(Default)]
 struct State {
@@ -164,6 +165,32 @@ impl MetaReader for MemStore {
                     .cloned()
                     .collect(),
             )
+        })
+    }
+
+    /// Sorts every run: the in-memory store keeps no index (it is for tests).
+    fn list_page(&self, query: &RunQuery) -> Result<MetaPage> {
+        self.read(|st| {
+            let mut rows: Vec<RunMeta> = st
+                .runs
+                .values()
+                .filter(|m| query.is_past_cursor(&ListCursor::of(m)))
+                .cloned()
+                .collect();
+            rows.sort_by(|a, b| query.order(&ListCursor::of(a), &ListCursor::of(b)));
+            page_of_sorted(query, rows.into_iter())
+        })
+    }
+
+    /// Counts by a scan: the in-memory store keeps no counters (it is for tests).
+    fn count_by_status(&self) -> Result<BTreeMap<StatusKind, u64>> {
+        self.read(|st| {
+            let mut counts: BTreeMap<StatusKind, u64> =
+                StatusKind::ALL.into_iter().map(|k| (k, 0)).collect();
+            for m in st.runs.values() {
+                *counts.entry(m.state.kind()).or_default() += 1;
+            }
+            counts
         })
     }
 }

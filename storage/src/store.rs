@@ -1,12 +1,14 @@
 //! The narrow traits everything above storage is written against.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use crate::{Event, Record, RunMeta, Scan, StorageError, TimerEntry, check_run_id};
+use crate::listing::{MetaPage, RunQuery};
+use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry, check_run_id};
 
 /// Result alias of this crate.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -188,6 +190,25 @@ pub trait MetaReader: Send + Sync {
     /// # Errors
     /// I/O.
     fn unfinished_runs(&self) -> Result<Scan<RunMeta>>;
+
+    /// One page of runs: those passing the query's filters, ordered by creation
+    /// time then run id (newest or oldest first), after the query's cursor. Reads
+    /// no log. A backend with indexes examines at most the page plus
+    /// [`SCAN_BUDGET`](crate::listing::SCAN_BUDGET) index entries: a selective
+    /// filter can leave a page short, with a `next` cursor to go on from; `next`
+    /// is `None` only when nothing is left. A record that does not decode is
+    /// reported in [`MetaPage::corrupt`], not an error.
+    ///
+    /// # Errors
+    /// I/O.
+    fn list_page(&self, query: &RunQuery) -> Result<MetaPage>;
+
+    /// How many runs are in each state (every state present, zeros included),
+    /// without a scan: the backend keeps the counts as it writes metadata.
+    ///
+    /// # Errors
+    /// I/O.
+    fn count_by_status(&self) -> Result<BTreeMap<StatusKind, u64>>;
 }
 
 /// Reads the due-time index.

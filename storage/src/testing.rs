@@ -41,7 +41,7 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -49,10 +49,11 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
 
+use crate::listing::{MetaPage, RunQuery};
 use crate::store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
 };
-use crate::{Event, Record, RunMeta, Scan, StorageError, TimerEntry};
+use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry};
 
 /// An operation of the [`Store`] traits that a [`Fault`] can target.
 #[non_exhaustive]
@@ -584,6 +585,14 @@ impl MetaReader for FaultStore {
 
     fn unfinished_runs(&self) -> Result<Scan<RunMeta>> {
         self.read(Op::UnfinishedRuns, None, |s| s.unfinished_runs())
+    }
+
+    fn list_page(&self, query: &RunQuery) -> Result<MetaPage> {
+        self.read(Op::ListRuns, None, |s| s.list_page(query))
+    }
+
+    fn count_by_status(&self) -> Result<BTreeMap<StatusKind, u64>> {
+        self.read(Op::ListRuns, None, |s| s.count_by_status())
     }
 }
 

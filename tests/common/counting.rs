@@ -1,13 +1,14 @@
 //! A [`Store`] that counts the operations of each run and delegates every one to a
 //! real store: tests of how much work a wake-up costs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use reel::{Event, Store};
+use reel_storage::listing::{MetaPage, RunQuery};
 use reel_storage::{
-    Append, LogReader, LogWriter, MetaReader, Result, RunMeta, Scan, Ticket, TimerEntry,
-    TimerReader,
+    Append, LogReader, LogWriter, MetaReader, Result, RunMeta, Scan, StatusKind, Ticket,
+    TimerEntry, TimerReader,
 };
 
 /// A counted operation.
@@ -119,6 +120,14 @@ impl MetaReader for CountingStore {
 
     fn unfinished_runs(&self) -> Result<Scan<RunMeta>> {
         self.inner.unfinished_runs()
+    }
+
+    fn list_page(&self, query: &RunQuery) -> Result<MetaPage> {
+        self.inner.list_page(query)
+    }
+
+    fn count_by_status(&self) -> Result<BTreeMap<StatusKind, u64>> {
+        self.inner.count_by_status()
     }
 }
 

@@ -1,7 +1,10 @@
-//! Listing runs: every run's metadata, with a stand-in for a run whose metadata
-//! record is damaged.
+//! Listing runs: every run's metadata or a page of it, with a stand-in for a run
+//! whose metadata record is damaged; the counts per status.
 
-use reel_storage::{Event, Failure, RunMeta, RunState, Store};
+use std::collections::BTreeMap;
+
+use reel_storage::listing::{MetaPage, RunQuery};
+use reel_storage::{Event, Failure, RunMeta, RunState, StatusKind, Store};
 
 use super::Core;
 use crate::blocking::blocking;
@@ -56,5 +59,42 @@ impl Core {
         }
         metas.sort_by(|a, b| a.run_id.cmp(&b.run_id));
         Ok(metas)
+    }
+
+    /// One page of runs (see [`MetaReader::list_page`](reel_storage::MetaReader::list_page)).
+    /// A run whose metadata record does not decode is listed as for [`Core::list`]
+    /// when it passes the filters.
+    ///
+    /// # Errors
+    /// Storage errors (I/O); a damaged record is not one.
+    pub async fn list_page(&self, query: RunQuery) -> Result<MetaPage, ActorError> {
+        let store = self.store.clone();
+        let mut page = blocking(move || {
+            let mut page = store.list_page(&query)?;
+            for record in std::mem::take(&mut page.corrupt) {
+                let (Some(error), Some(run_id)) = (record.failure(), record.run_id.clone()) else {
+                    continue;
+                };
+                let stand_in = stand_in_meta(&*store, run_id, error);
+                if query.matches(&stand_in) {
+                    page.items.push(stand_in);
+                }
+            }
+            Ok(page)
+        })
+        .await?;
+        for meta in &mut page.items {
+            self.apply_held_park(meta);
+        }
+        Ok(page)
+    }
+
+    /// How many runs are in each state, from the counts the store keeps.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn counts(&self) -> Result<BTreeMap<StatusKind, u64>, ActorError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.count_by_status()).await?)
     }
 }

@@ -1,0 +1,183 @@
+//! The group-commit writer thread: drains queued appends into one batch, checks
+//! each append's sequence number, keeps the listing indexes and status counts in
+//! step with the metadata it writes (`index`), commits with one fdatasync and only
+//! then answers every caller of the batch.
+
+use std::collections::HashMap;
+use std::sync::mpsc::Receiver;
+
+use fjall::PersistMode;
+
+use super::index::ListingWriter;
+use super::{Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
+use crate::StorageError;
+use crate::keys::{log_key, log_prefix, seq_of};
+use crate::store::Result;
+
+/// Next sequence numbers of recently written runs, so the CAS check rarely reads disk.
+struct SeqCache(HashMap<String, u64>);
+
+impl SeqCache {
+    fn next_seq(&mut self, ks: &Keyspaces, run_id: &str) -> Result<u64> {
+        if let Some(seq) = self.0.get(run_id) {
+            return Ok(*seq);
+        }
+        let next = match ks.log.prefix(log_prefix(run_id)).next_back() {
+            Some(g) => seq_of(run_id, &g.key()?)? + 1,
+            None => 0,
+        };
+        self.0.insert(run_id.to_owned(), next);
+        Ok(next)
+    }
+}
+
+pub(super) fn writer_loop(ks: Keyspaces, rx: Receiver<Request>) {
+    let mut cache = SeqCache(HashMap::new());
+    let mut listing = match ListingWriter::open(&ks) {
+        Ok(l) => l,
+        Err(e) => {
+            // Every append would fail the same way: answer them with the cause.
+            let cause = format!("reading the status counts: {e}");
+            while let Ok(req) = rx.recv() {
+                let _ = req.reply.send(Err(StorageError::Io(cause.clone())));
+            }
+            return;
+        }
+    };
+    let mut failed = None;
+    let mut pending: Vec<Request> = Vec::with_capacity(MAX_BATCH);
+    while let Ok(first) = rx.recv() {
+        pending.push(first);
+        while pending.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(r) => pending.push(r),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&ks, &mut cache, &mut listing, &mut pending, &mut failed);
+    }
+    let _ = ks.db.persist(PersistMode::SyncAll);
+}
+
+fn commit_batch(
+    ks: &Keyspaces,
+    cache: &mut SeqCache,
+    listing: &mut ListingWriter,
+    pending: &mut Vec<Request>,
+    failed: &mut Option<String>,
+) {
+    // fjall refuses every write after a failed one (it cannot know what reached the
+    // disk): answer with the original failure, which names the cause (disk full),
+    // rather than with whatever the refusal looks like from here.
+    if let Some(cause) = failed.as_ref() {
+        for req in pending.drain(..) {
+            let _ = req.reply.send(Err(StorageError::Io(format!(
+                "the store refuses writes after an earlier write failed: {cause}"
+            ))));
+        }
+        return;
+    }
+    // While a batch is being built the cache holds sequence numbers of records not on
+    // disk yet, so it may only shrink between batches: clearing it or dropping a run
+    // mid-batch would make the next check of that run read the stale on-disk tail and
+    // accept a second writer for a sequence number already taken in this batch.
+    if cache.0.len() >= SEQ_CACHE_LIMIT {
+        cache.0.clear();
+    }
+    let mut finished_runs = Vec::new();
+    let durable = pending.iter().any(|r| r.append.durable);
+    let mut batch = ks.db.batch().durability(Some(if durable {
+        PersistMode::SyncData
+    } else {
+        PersistMode::Buffer
+    }));
+    let mut accepted = Vec::with_capacity(pending.len());
+    let mut refused = Vec::new();
+    for req in pending.drain(..) {
+        let a = &req.append;
+        if let Some(expected) = a.expected_seq {
+            let actual = match cache.next_seq(ks, &a.run_id) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = req.reply.send(Err(e));
+                    continue;
+                }
+            };
+            if actual != expected {
+                // Answered after the commit: the loser must be able to read what the
+                // winner wrote in this very batch.
+                refused.push((
+                    req.reply,
+                    StorageError::Conflict {
+                        run_id: a.run_id.clone(),
+                        expected,
+                        actual,
+                    },
+                ));
+                continue;
+            }
+        }
+        // Before anything of the append is in the batch: the old record is read
+        // here, and a failed read must leave the batch without any of it.
+        if let Some(listed) = &a.listed
+            && let Err(e) = listing.update(ks, &mut batch, &a.run_id, listed.clone())
+        {
+            let _ = req.reply.send(Err(e));
+            continue;
+        }
+        if let Some(expected) = a.expected_seq {
+            for (i, record) in a.records.iter().enumerate() {
+                batch.insert(
+                    &ks.log,
+                    log_key(&a.run_id, expected + i as u64),
+                    record.as_slice(),
+                );
+            }
+            cache
+                .0
+                .insert(a.run_id.clone(), expected + a.records.len() as u64);
+        }
+        if let Some((meta, finished)) = &a.meta {
+            batch.insert(&ks.runs, a.run_id.as_str(), meta.as_slice());
+            if *finished {
+                batch.remove(&ks.active, a.run_id.as_str());
+                finished_runs.push(a.run_id.clone());
+            } else {
+                batch.insert(&ks.active, a.run_id.as_str(), meta.as_slice());
+            }
+        }
+        for t in &a.remove_timers {
+            batch.remove(&ks.timers, t.as_slice());
+        }
+        for t in &a.add_timers {
+            batch.insert(&ks.timers, t.as_slice(), [].as_slice());
+        }
+        accepted.push(req.reply);
+    }
+    listing.finish(ks, &mut batch);
+    let result = batch.commit();
+    listing.committed(result.is_ok());
+    if let Err(e) = &result {
+        *failed = Some(e.to_string());
+        tracing::error!(error = %e, "reel: batch commit failed; {} writers get the error", accepted.len());
+        // The sequence numbers we advanced were not written: forget them.
+        cache.0.clear();
+    } else {
+        // Finished runs take no more appends: keep the cache small. Only now that
+        // their records are on disk can a later check read their tail from there.
+        for run_id in &finished_runs {
+            cache.0.remove(run_id);
+        }
+    }
+    for reply in accepted {
+        let _ = reply.send(
+            result
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| StorageError::Io(e.to_string())),
+        );
+    }
+    for (reply, conflict) in refused {
+        let _ = reply.send(Err(conflict));
+    }
+}
