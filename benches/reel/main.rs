@@ -21,10 +21,15 @@
 //!    two raw insert + fdatasync (a signal costs two durable writes: the signal, the
 //!    step's result). Twice: in one log segment, and continuing as new every 1,000
 //!    signals. Target: the last 100 within 1.5x of the first 100.
+//! 6. listing: `Host::list` (a page of 50: unfiltered, by status, by workflow, the
+//!    20th page) and `Host::count` over 1,000,000 runs, against raw fjall reading
+//!    50 metadata records and scanning all of them (target: flat in the number of
+//!    runs).
 //!
 //! A plain `main` printing a table: `cargo bench --bench reel`.
 //! - `REEL_BENCH_QUICK=1` scales everything down for a smoke run of a few seconds.
-//! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity` picks scenarios.
+//! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity,listing` picks
+//!   scenarios.
 //! - `REEL_BENCH_START_CONCURRENCY` (default 4,096): starts in flight at once in
 //!   the recovery scenario.
 //! - `REEL_BENCH_ENTITY_SIGNALS` (default 10,000): signals of the entity scenario.
@@ -49,6 +54,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Instant;
 
 mod entity;
+mod listing;
 mod recovery;
 mod replay;
 mod sequential;
@@ -69,6 +75,7 @@ pub(crate) struct Config {
     recovery_runs: usize,
     recovery_start_concurrency: usize,
     entity_signals: u32,
+    listing_runs: usize,
 }
 
 impl Config {
@@ -98,6 +105,7 @@ impl Config {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(if quick { 250 } else { 10_000 }),
+            listing_runs: if quick { 3_000 } else { 1_000_000 },
         }
     }
 
@@ -146,6 +154,7 @@ fn main() {
     );
     timed("replay", &mut || vec![replay::replay(&rt, &cfg)], 2);
     timed("entity", &mut || entity::entity(&rt, &cfg), 4);
+    timed("listing", &mut || listing::listing(&rt, &cfg), 5);
     rows.sort_by_key(|(o, _)| *o);
 
     let mut table = String::new();
