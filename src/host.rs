@@ -281,7 +281,7 @@ impl Host {
         }
     }
 
-    fn core(&self) -> &Arc<Core> {
+    pub(crate) fn core(&self) -> &Arc<Core> {
         &self.inner.core
     }
 

@@ -74,6 +74,7 @@ mod driver;
 mod error;
 mod handle;
 mod host;
+mod operate;
 mod primitives;
 mod replay;
 mod slots;
