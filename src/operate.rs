@@ -27,10 +27,7 @@ impl AnyRun {
     /// with [`AnyRun::retry`]), [`Error::UnknownRun`], [`Error::Storage`],
     /// [`Error::Shutdown`].
     pub async fn pause(&self) -> Result<()> {
-        Ok(self
-            .core()?
-            .pause(&self.run_id, PAUSED_BY_OPERATOR)
-            .await?)
+        Ok(self.core()?.pause(&self.run_id, PAUSED_BY_OPERATOR).await?)
     }
 
     /// Resumes a paused run: it becomes running, its handler replays from the top

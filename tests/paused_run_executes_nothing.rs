@@ -134,8 +134,8 @@ impl Workflow for TwoSteps {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_running_when_the_run_is_paused_finishes_and_is_recorded_once()
--> anyhow::Result<()> {
+async fn a_step_running_when_the_run_is_paused_finishes_and_is_recorded_once() -> anyhow::Result<()>
+{
     let dir = tempfile::tempdir()?;
     let (slow, next) = (Counter::default(), Counter::default());
     let host = Host::builder()
@@ -245,7 +245,10 @@ async fn pause_resume_and_retry_refuse_wrong_states_and_unknown_runs() -> anyhow
         unknown.resume().await,
         unknown.retry().await,
     ] {
-        assert!(matches!(r, Err(Error::UnknownRun(ref id)) if id == "nope"), "{r:?}");
+        assert!(
+            matches!(r, Err(Error::UnknownRun(ref id)) if id == "nope"),
+            "{r:?}"
+        );
     }
 
     let done = host.start::<Quick>("done", ()).await?;
@@ -258,13 +261,28 @@ async fn pause_resume_and_retry_refuse_wrong_states_and_unknown_runs() -> anyhow
     let waiting = host.start::<TimerAndSignal>("waiting", ()).await?;
     within(LIMIT, "the run to wait", waiting.wait_until_suspended()).await??;
     let before = waiting.events().await?;
-    assert_invalid(waiting.resume().await, "waiting", StatusKind::Suspended, "resume");
-    assert_invalid(waiting.retry().await, "waiting", StatusKind::Suspended, "retry");
+    assert_invalid(
+        waiting.resume().await,
+        "waiting",
+        StatusKind::Suspended,
+        "resume",
+    );
+    assert_invalid(
+        waiting.retry().await,
+        "waiting",
+        StatusKind::Suspended,
+        "retry",
+    );
     assert_eq!(waiting.status().await?.kind(), StatusKind::Suspended);
     assert_eq!(waiting.events().await?, before);
 
     waiting.pause().await?;
-    assert_invalid(waiting.retry().await, "waiting", StatusKind::Paused, "retry");
+    assert_invalid(
+        waiting.retry().await,
+        "waiting",
+        StatusKind::Paused,
+        "retry",
+    );
     assert_eq!(waiting.status().await?, RunStatus::Paused);
     assert_eq!(waiting.events().await?, before);
 

@@ -23,9 +23,7 @@ impl Workflow for CrashLoop {
     type Input = ();
     type Output = u32;
     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
-        let a: u32 = ctx
-            .step("before", |_| async { Ok::<_, String>(7) })
-            .await?;
+        let a: u32 = ctx.step("before", |_| async { Ok::<_, String>(7) }).await?;
         self.executions.bump();
         if !FIXED.load(Ordering::SeqCst) {
             panic!("handler bug");
@@ -72,8 +70,15 @@ async fn a_crash_looped_run_completes_when_retried_after_the_fix() -> anyhow::Re
     assert_eq!(within(LIMIT, "the result", run.result()).await??, 7);
     assert_eq!(run.status().await?, RunStatus::Completed);
     match run.retry().await {
-        Err(Error::InvalidState { run_id, state, action }) => {
-            assert_eq!((run_id.as_str(), state, action.as_str()), ("loop", StatusKind::Completed, "retry"));
+        Err(Error::InvalidState {
+            run_id,
+            state,
+            action,
+        }) => {
+            assert_eq!(
+                (run_id.as_str(), state, action.as_str()),
+                ("loop", StatusKind::Completed, "retry")
+            );
         }
         other => panic!("expected InvalidState, got {other:?}"),
     }

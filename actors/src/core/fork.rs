@@ -108,7 +108,12 @@ impl Core {
     /// [`ActorError::UnknownRun`] for `run_id`; [`ActorError::InvalidCut`];
     /// [`ActorError::RunExists`] when `new_run_id` is taken;
     /// [`ActorError::NotRegistered`]; storage errors (an invalid `new_run_id`).
-    pub async fn fork(&self, run_id: &str, at_seq: u64, new_run_id: &str) -> Result<(), ActorError> {
+    pub async fn fork(
+        &self,
+        run_id: &str,
+        at_seq: u64,
+        new_run_id: &str,
+    ) -> Result<(), ActorError> {
         self.check_open()?;
         check_run_id(new_run_id)?;
         let meta = self.known(run_id).await?;
