@@ -189,3 +189,87 @@ impl Core {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use reel_storage::Payload;
+
+    use super::*;
+
+    fn started() -> Event {
+        Event::RunStarted {
+            workflow: "w".into(),
+            version: 1,
+            input: Payload(Vec::new()),
+        }
+    }
+
+    fn step(id: &str, attempt: u32) -> Event {
+        Event::StepStarted {
+            id: id.into(),
+            attempt,
+        }
+    }
+
+    fn check(start: u64, log: &[Event], at: u64) -> Result<(), String> {
+        let events: Vec<(u64, &Event)> = (start..).zip(log).collect();
+        check_cut(start, &events, at)
+    }
+
+    #[test]
+    fn cuts_at_boundaries_are_allowed_and_others_refused() {
+        let log = vec![
+            started(),
+            step("a", 1),
+            Event::StepFailed {
+                id: "a".into(),
+                attempt: 1,
+                error: "e".into(),
+                retry_at: Some(5),
+            },
+            Event::TimerFired {
+                id: "a/retry1".into(),
+            },
+            step("a", 2),
+            Event::StepCompleted {
+                id: "a".into(),
+                output: Payload(Vec::new()),
+            },
+            Event::CancelRequested { reason: "r".into() },
+            Event::RunCancelled { reason: "r".into() },
+        ];
+        assert!(check(0, &log, 0).unwrap_err().contains("RunStarted"));
+        assert_eq!(check(0, &log, 1), Ok(()));
+        for inside in 2..=5 {
+            let e = check(0, &log, inside).unwrap_err();
+            assert!(e.contains("step `a`"), "{inside}: {e}");
+        }
+        assert_eq!(check(0, &log, 6), Ok(()));
+        assert!(check(0, &log, 7).unwrap_err().contains("cancel"));
+        assert!(check(0, &log, 8).unwrap_err().contains("past the end"));
+        // A later segment: its own RunStarted is the first cut's bound.
+        assert!(
+            check(10, &log[..6], 10)
+                .unwrap_err()
+                .contains("earlier segments")
+        );
+        assert_eq!(check(10, &log[..6], 16), Ok(()));
+        assert!(
+            check(10, &log[..6], 17)
+                .unwrap_err()
+                .contains("past the end")
+        );
+    }
+
+    #[test]
+    fn an_abandoned_attempt_does_not_block_later_cuts() {
+        // A step that lost a race keeps its StepStarted without a result.
+        let log = vec![
+            started(),
+            step("lost", 1),
+            Event::TimerFired { id: "t".into() },
+        ];
+        assert_eq!(check(0, &log, 3), Ok(()));
+        assert_eq!(check(0, &log, 2), Ok(()));
+    }
+}
