@@ -18,7 +18,9 @@
 //!
 //! The execution is a stream of outcomes: a suspension each time every branch waits
 //! on something only a new event resolves (it stays alive: the journal wakes it when
-//! the actor appends one), then one final outcome.
+//! the actor appends one), then one final outcome. A paused run's execution walks
+//! no more of the log, lets its running step bodies finish and record their
+//! results, and then ends with `Outcome::Paused`.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -166,6 +168,10 @@ where
     /// signal for a wait called since it arrived goes first: it became visible
     /// earlier than anything still to be walked.
     fn walk(&mut self) -> Walked {
+        if self.paused() {
+            // Nothing more becomes visible: the execution winds down to its end.
+            return Walked::Idle;
+        }
         let history = self.history.clone();
         let history_len = history.len() as u64;
         if self.journal.is_none() && self.ctx.lock().replay.past_history() {
@@ -322,6 +328,20 @@ where
             carried: st.slots.unconsumed_signals(),
             seen: self.walked,
         })
+    }
+
+    /// Whether the run is paused (live only).
+    fn paused(&self) -> bool {
+        self.journal.as_ref().is_some_and(Journal::is_paused)
+    }
+
+    /// Whether a paused execution may end now: no step body runs, no append or
+    /// child start is under way, so every result it produced is recorded.
+    fn wound_down(&self) -> bool {
+        self.paused()
+            && self.landings.is_empty()
+            && self.effects.is_empty()
+            && self.ctx.lock().bodies == 0
     }
 
     /// The suspension to report if the execution can only wait now.
@@ -487,6 +507,9 @@ where
                 if this.landings.is_empty() {
                     continue;
                 }
+            }
+            if this.wound_down() {
+                return this.finish(Outcome::Paused);
             }
             if this.reported != Some(this.walked)
                 && let Some(s) = this.suspension()

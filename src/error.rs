@@ -88,6 +88,20 @@ pub enum Error {
         /// What was asked (`"pause"`, `"delete"`, ...).
         action: String,
     },
+    /// A fork's cut ([`Host::fork`](crate::Host::fork)) is not at a primitive
+    /// boundary of the run's current log segment: before or at its `RunStarted`,
+    /// past its last event or its end, between the attempts of a step, after a
+    /// child start whose end is not before the cut, or after a cancel request.
+    /// Nothing was written.
+    #[error("cannot fork run `{run_id}` at sequence number {at_seq}: {reason}")]
+    InvalidCut {
+        /// The run asked to be forked.
+        run_id: String,
+        /// The cut asked for.
+        at_seq: u64,
+        /// Why the cut is refused.
+        reason: String,
+    },
     /// The store's directory is held by another live host: another process, or a
     /// [`Host`](crate::Host) in this process that has not shut down. (A host whose
     /// last clone was dropped is waited for: it shuts down in the background.)
@@ -277,6 +291,15 @@ impl From<ActorError> for Error {
                 run_id,
                 state,
                 action,
+            },
+            ActorError::InvalidCut {
+                run_id,
+                at_seq,
+                reason,
+            } => Error::InvalidCut {
+                run_id,
+                at_seq,
+                reason,
             },
             other => Error::Storage(other.to_string()),
         }

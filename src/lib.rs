@@ -80,6 +80,7 @@ mod error;
 mod handle;
 mod host;
 mod listing;
+mod operate;
 mod primitives;
 mod replay;
 mod slots;

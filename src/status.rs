@@ -68,6 +68,7 @@ impl From<&RunState> for RunStatus {
             RunState::Parked { error } => RunStatus::Parked {
                 error: Error::from(error.clone()).to_string(),
             },
+            RunState::Paused { .. } => RunStatus::Paused,
             _ => RunStatus::Running,
         }
     }

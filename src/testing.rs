@@ -106,6 +106,8 @@ pub async fn replay_as<W: Workflow>(
         Outcome::Suspended { waiting_on, .. } => Ok(Replayed::Pending(
             ctx.frontier_reached().unwrap_or(waiting_on),
         )),
+        // Only a live run is paused (through its journal): a replay never is.
+        Outcome::Paused => Err(Error::Crashed("the replay was paused".into())),
     }
 }
 

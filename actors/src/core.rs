@@ -4,7 +4,8 @@
 //! actors under rotating supervisors, what happens when one stops for good),
 //! `routing` (delivering messages to runs, background deliveries of wake-ups),
 //! `parking`, `waiters` (result waiters), `published` (readers of published
-//! values), `children` (child-run links, child cycles), `listing`, and `run_host`
+//! values), `children` (child-run links, child cycles), `listing`, `operate`
+//! (pause, resume, retry), `fork`, and `run_host`
 //! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
 //! it depends on none of them, and nothing below the core names it.
 
@@ -39,7 +40,9 @@ use crate::waiters::{PruneOnDrop, Waiters};
 
 mod activation;
 mod children;
+mod fork;
 mod listing;
+mod operate;
 mod parking;
 mod published;
 mod recovery;

@@ -56,6 +56,11 @@ pub enum Outcome {
     /// The handler panicked outside a step: the actor crashes and the supervisor
     /// restarts it from disk.
     Crashed(String),
+    /// The run was paused ([`Journal::is_paused`]): the execution stopped making
+    /// results visible, let the step bodies under way finish and record their
+    /// results, and ends here. Its handler is dropped; resuming the run starts a
+    /// new execution, which replays.
+    Paused,
 }
 
 /// One wake-up's worth of work for an [`Engine`].

@@ -48,6 +48,17 @@ pub enum ActorError {
         /// What was asked (`"pause"`, `"delete"`, ...).
         action: String,
     },
+    /// A fork's cut is not at a primitive boundary of the run's current log
+    /// segment (see [`Core::fork`](crate::Core::fork)). Nothing was written.
+    #[error("cannot fork run `{run_id}` at sequence number {at_seq}: {reason}")]
+    InvalidCut {
+        /// The run asked to be forked.
+        run_id: String,
+        /// The cut asked for.
+        at_seq: u64,
+        /// Why the cut is refused.
+        reason: String,
+    },
     /// The run actor was retired while the message was queued; the sender retries.
     #[error("run actor retired")]
     Retired,

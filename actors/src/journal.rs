@@ -55,6 +55,9 @@ struct State {
     /// `StepStarted`): they go with the next append, or when the execution goes
     /// idle ([`Journal::flush_held`]), whichever comes first.
     held: Held,
+    /// The run is paused: the live execution makes no more results visible and
+    /// ends once the step bodies under way have finished ([`Journal::pause`]).
+    paused: bool,
 }
 
 /// Appends held back to travel with the next one: their sequence numbers are
@@ -197,6 +200,7 @@ impl Journal {
                 waker: None,
                 closed: false,
                 held: Held::default(),
+                paused: false,
             }),
         }))
     }
@@ -413,6 +417,27 @@ impl Journal {
         let mut state = self.lock();
         state.closed = true;
         state.waker = None;
+    }
+
+    /// Pauses (`true`) or unpauses the live execution, and wakes it so that it
+    /// notices: paused, it walks no more of the log, lets the step bodies under
+    /// way finish and record their results, and then ends with
+    /// [`Outcome::Paused`](crate::Outcome::Paused).
+    pub(crate) fn set_paused(&self, paused: bool) {
+        let waker = {
+            let mut state = self.lock();
+            state.paused = paused;
+            state.waker.clone()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Whether the run is paused ([`Journal::set_paused`]): the execution walks
+    /// nothing more and ends once no step body runs.
+    pub fn is_paused(&self) -> bool {
+        self.lock().paused
     }
 
     /// Whether [`Journal::close`] was called.

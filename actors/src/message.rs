@@ -55,6 +55,21 @@ pub(crate) enum Delivery {
     },
 }
 
+/// Pause the run: its handler stops running (step bodies under way finish and
+/// are recorded); wake-ups are still recorded. Idempotent.
+#[derive(Clone, Debug)]
+pub(crate) struct Pause {
+    pub(crate) reason: String,
+}
+
+/// Resume a paused run: it runs again and sees what arrived while it was paused.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Unpause;
+
+/// Activate a parked run again now, with the code registered now.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retry;
+
 /// Stop now (host shutdown); the run stays resumable.
 #[derive(Clone, Copy)]
 pub(crate) struct StopRun;

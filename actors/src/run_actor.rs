@@ -34,6 +34,7 @@ use crate::timers::now_ms;
 
 mod cancel;
 mod delivery;
+mod pause;
 mod segment;
 
 /// What a run actor starts from: its host (held through the narrow [`RunHost`]), the
@@ -207,6 +208,7 @@ impl RunActor {
             || self.broken.is_some()
             || self.retired
             || (!force && matches!(self.meta.state, RunState::Parked { .. }))
+            || self.is_paused()
         {
             return;
         }
@@ -489,6 +491,13 @@ impl Message<ExecReport> for RunActor {
                 if seen < self.journal.len() {
                     return;
                 }
+                if self.is_paused() {
+                    // Reported before the pause reached the execution: it only
+                    // waits, so it is dropped now and the state stays paused.
+                    self.abort_execution();
+                    self.settle(&me);
+                    return;
+                }
                 self.suspended = true;
                 let state = RunState::Suspended {
                     waiting_on,
@@ -514,6 +523,12 @@ impl Message<ExecReport> for RunActor {
             Outcome::Parked(failure) => {
                 self.park(failure).await;
                 self.retire(ctx).await;
+                Ok(())
+            }
+            Outcome::Paused => {
+                // Resumed while the execution was winding down: it starts again.
+                self.begin(&me, false).await;
+                self.settle(&me);
                 Ok(())
             }
             Outcome::Crashed(message) => {

@@ -36,6 +36,13 @@ pub enum RunState {
         /// Why.
         error: Failure,
     },
+    /// Paused by an operator: the handler is not run; wake-ups are recorded and
+    /// applied when the run is resumed (it then becomes [`RunState::Running`]).
+    /// Recovery does not activate a paused run.
+    Paused {
+        /// Why, as the operator gave it.
+        reason: String,
+    },
 }
 
 /// A run state without its data: what listings filter on and counts group by.
@@ -111,6 +118,7 @@ impl RunState {
             RunState::Failed { .. } => StatusKind::Failed,
             RunState::Cancelled { .. } => StatusKind::Cancelled,
             RunState::Parked { .. } => StatusKind::Parked,
+            RunState::Paused { .. } => StatusKind::Paused,
         }
     }
 

@@ -91,6 +91,7 @@ fn run_state() -> BoxedStrategy<RunState> {
         failure().prop_map(|error| RunState::Failed { error }),
         text().prop_map(|reason| RunState::Cancelled { reason }),
         failure().prop_map(|error| RunState::Parked { error }),
+        text().prop_map(|reason| RunState::Paused { reason }),
     ]
     .boxed()
 }

@@ -4,8 +4,8 @@
 //! `@cancel-deadline` timer, the handler sees the request where the walk reaches it
 //! (its waits end with a cancellation error, `ctx.cancelled()` resolves) and may run
 //! cleanup steps; when it ends, the run is cancelled. If it is still going when the
-//! grace has passed, or the cancel is hard, or the run cannot execute (parked, its
-//! workflow no longer registered), the execution is dropped and `RunCancelled`
+//! grace has passed, or the cancel is hard, or the run cannot execute (parked,
+//! paused, its workflow no longer registered), the execution is dropped and `RunCancelled`
 //! appended at once. A run's own deadline (`@run-deadline`, from its start options)
 //! asks for a graceful cancel when it passes. Unfinished children that the run waits
 //! on are cancelled the same way; detached children are not.
@@ -35,7 +35,11 @@ impl RunActor {
         if self.meta.state.is_finished() {
             return Err(ActorError::RunFinished(self.run_id.to_string()));
         }
-        let runnable = self.engine.is_ok() && !matches!(self.meta.state, RunState::Parked { .. });
+        let runnable = self.engine.is_ok()
+            && !matches!(
+                self.meta.state,
+                RunState::Parked { .. } | RunState::Paused { .. }
+            );
         if hard || !runnable || self.options.cancel_grace.is_zero() {
             return self.cancel_hard(reason, ctx).await;
         }
@@ -152,6 +156,10 @@ impl RunActor {
                 let reason =
                     format!("deadline exceeded: the run did not finish within {timeout:?}");
                 tracing::info!(run_id = %self.run_id, %reason, "reel: run deadline passed");
+                if self.is_paused() {
+                    // A paused run cannot clean up: it ends now, as for any cancel.
+                    return self.cancel_hard(reason, ctx).await;
+                }
                 self.request_cancel(reason, fired, vec![entry], ctx).await
             }
             CANCEL_DEADLINE => {

@@ -75,7 +75,14 @@ impl RunActor {
             },
         ];
         events.extend(old.events);
-        let mut meta = self.meta_with(RunState::Running);
+        // A run paused while its handler was continuing as new stays paused: the
+        // new segment begins when it is resumed.
+        let state = if self.is_paused() {
+            self.meta.state.clone()
+        } else {
+            RunState::Running
+        };
+        let mut meta = self.meta_with(state);
         meta.version = version;
         meta.segment_start = start;
         meta.segment += 1;
