@@ -34,6 +34,8 @@
 //!   dereferences to [`AnyRun`] for everything else.
 //! - `listing`: [`RunFilter`], [`Page`], [`Cursor`]: [`Host::list`] and
 //!   [`Host::count`] over the store's indexes.
+//! - `operate`: [`AnyRun::pause`], [`AnyRun::resume`], [`AnyRun::retry`] and
+//!   [`Host::fork`].
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
