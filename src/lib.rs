@@ -36,6 +36,7 @@
 //!   [`Host::count`] over the store's indexes.
 //! - `operate`: [`AnyRun::pause`], [`AnyRun::resume`], [`AnyRun::retry`] and
 //!   [`Host::fork`].
+//! - `watch`: [`AnyRun::watch`], a run's log as a live stream of records.
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
@@ -89,6 +90,7 @@ mod slots;
 mod status;
 mod step_error;
 pub mod testing;
+mod watch;
 mod workflow;
 
 pub use any_run::AnyRun;

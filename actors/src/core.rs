@@ -30,6 +30,7 @@ use crate::engine::Registry;
 use crate::error::ActorError;
 use crate::host::RunHost;
 use crate::journal::{RUN_DEADLINE, timer_of};
+use crate::log_watch::{LogWatch, LogWatchers};
 use crate::message::{Delivery, Resume, StopRun};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
@@ -93,6 +94,8 @@ pub struct Core {
     /// `start` returns once the run's first write has landed and a permit is held,
     /// so a burst of starts cannot pile up activations (and their memory).
     new_runs: Arc<Semaphore>,
+    /// Readers following run logs live, told by the store after each commit.
+    log_watchers: Arc<LogWatchers>,
     closing: AtomicBool,
     me: Weak<Core>,
 }
@@ -275,6 +278,26 @@ impl Core {
         Ok(blocking(move || store.read_log(&id)).await?)
     }
 
+    /// A watch on `run_id`'s log: [`LogWatch::changed`] returns each time records
+    /// land. Take it before reading what is there, so nothing lands unseen between.
+    ///
+    /// # Errors
+    /// [`ActorError::Shutdown`].
+    pub fn watch_log(&self, run_id: &str) -> Result<LogWatch, ActorError> {
+        self.check_open()?;
+        Ok(self.log_watchers.watch(run_id))
+    }
+
+    /// A run's records from sequence number `from` on (none for an unknown run).
+    ///
+    /// # Errors
+    /// Storage errors (a corrupt record names its run and sequence number).
+    pub async fn records_from(&self, run_id: &str, from: u64) -> Result<Vec<Record>, ActorError> {
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        Ok(blocking(move || store.read_records(&id, from)).await?)
+    }
+
     /// A run's durable log with each record's sequence number and the time it was
     /// appended, readable while the run runs.
     ///
@@ -369,6 +392,7 @@ impl Core {
     /// store. Unfinished runs stay resumable by the next host on the same path.
     pub async fn shutdown(&self) {
         self.closing.store(true, Ordering::Release);
+        self.log_watchers.close();
         let _ = self.timers.stop_gracefully().await;
         self.timers.wait_for_shutdown().await;
         let cells: Vec<LiveCell> = self

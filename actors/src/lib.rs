@@ -17,7 +17,8 @@
 //! - leaves: `error` ([`ActorError`]), `options` ([`CoreOptions`]), `message` (what
 //!   a run actor receives: `Resume`, `Delivery`, `StopRun`), `waiters` (callers
 //!   waiting on runs), `blocking` (storage calls off the async workers),
-//!   `passivation` (one queue that passivates idle run actors).
+//!   `passivation` (one queue that passivates idle run actors), `log_watch`
+//!   ([`LogWatch`]: told when a watched run's log grows).
 //! - `host`: `RunHost`, the narrow interface that everything below the core holds
 //!   (weakly) instead of the [`Core`]; the core implements it.
 //! - `journal`: [`Journal`], a run's append handle over its current log segment
@@ -44,6 +45,7 @@ mod engine;
 mod error;
 mod host;
 mod journal;
+mod log_watch;
 mod message;
 mod options;
 mod passivation;
@@ -57,6 +59,7 @@ pub use crate::core::{Core, Started};
 pub use engine::{Engine, Execution, Outcome, Registry};
 pub use error::ActorError;
 pub use journal::{Journal, Landing, retry_timer_id};
+pub use log_watch::LogWatch;
 pub use message::ChildCall;
 pub use options::CoreOptions;
 pub use run_actor::panic_message;

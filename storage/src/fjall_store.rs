@@ -28,7 +28,8 @@ use tokio::sync::oneshot;
 use crate::keys::{encode_timer_key, log_end, log_key, log_prefix, seq_of};
 use crate::listing::{MetaPage, RunQuery};
 use crate::store::{
-    Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
+    Append, CommitListener, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket,
+    TimerReader,
 };
 use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry, decode_timer_key};
 
@@ -185,6 +186,8 @@ fn create_atomically(path: &Path, options: &StoreOptions) -> Result<()> {
 /// The fjall implementation of [`Store`].
 pub struct FjallStore {
     ks: RwLock<Option<Keyspaces>>,
+    /// Told by the writer which logs each commit grew.
+    listener: Arc<RwLock<Option<Arc<dyn CommitListener>>>>,
     tx: Mutex<Option<Sender<Request>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -262,12 +265,15 @@ impl FjallStore {
         index::build_if_missing(&keyspaces, &format)?;
         let (tx, rx) = mpsc::channel();
         let writer_ks = keyspaces.clone();
+        let listener: Arc<RwLock<Option<Arc<dyn CommitListener>>>> = Arc::default();
+        let writer_listener = listener.clone();
         let writer = std::thread::Builder::new()
             .name("reel-writer".into())
-            .spawn(move || writer::writer_loop(writer_ks, rx))
+            .spawn(move || writer::writer_loop(writer_ks, rx, writer_listener))
             .map_err(|e| StorageError::Io(e.to_string()))?;
         Ok(Arc::new(FjallStore {
             ks: RwLock::new(Some(keyspaces)),
+            listener,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
         }))
@@ -308,6 +314,12 @@ impl FjallStore {
 }
 
 impl LogWriter for FjallStore {
+    fn set_commit_listener(&self, listener: Arc<dyn CommitListener>) {
+        if let Ok(mut l) = self.listener.write() {
+            *l = Some(listener);
+        }
+    }
+
     fn submit(&self, append: Append) -> Ticket {
         let append = match FjallStore::encode(append) {
             Ok(a) => a,

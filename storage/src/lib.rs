@@ -48,5 +48,6 @@ pub use meta::{ParentLink, RunMeta, RunState, StatusKind, TimerEntry};
 pub use record::Record;
 pub use scan::{CorruptRecord, Scan};
 pub use store::{
-    Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
+    Append, CommitListener, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket,
+    TimerReader,
 };

@@ -4,11 +4,12 @@
 //! is encoded, so its scans never report corrupt records.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::listing::{ListCursor, MetaPage, RunQuery, page_of_sorted};
 use crate::store::{
-    Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
+    Append, CommitListener, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket,
+    TimerReader,
 };
 use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry};
 
@@ -26,6 +27,7 @@ struct State {
 #[derive(Default)]
 pub struct MemStore {
     state: Mutex<State>,
+    listener: Mutex<Option<Arc<dyn CommitListener>>>,
 }
 
 impl std::fmt::Debug for MemStore {
@@ -86,7 +88,23 @@ impl MemStore {
 
 impl LogWriter for MemStore {
     fn submit(&self, append: Append) -> Ticket {
-        Ticket::ready(self.apply(append))
+        let run_id = append.run_id.clone();
+        let grows = !append.events.is_empty();
+        let result = self.apply(append);
+        if result.is_ok() && grows {
+            let listener = self.listener.lock().ok().and_then(|l| l.clone());
+            if let Some(l) = listener.filter(|l| l.wants()) {
+                let next = self.next_seq(&run_id).unwrap_or(0);
+                l.grew(&run_id, next);
+            }
+        }
+        Ticket::ready(result)
+    }
+
+    fn set_commit_listener(&self, listener: Arc<dyn CommitListener>) {
+        if let Ok(mut l) = self.listener.lock() {
+            *l = Some(listener);
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
@@ -113,11 +114,27 @@ pub struct LogSize {
     pub bytes: u64,
 }
 
+/// Told which run logs grew, once the records are readable: what lets a reader
+/// follow a log live (`watch`) without polling.
+pub trait CommitListener: Send + Sync {
+    /// Whether anyone listens now; a backend skips collecting what grew when not.
+    fn wants(&self) -> bool;
+
+    /// `run_id`'s log now ends before `next_seq`: its records up to there are
+    /// committed and readable. Called from the backend's writer: must not block.
+    fn grew(&self, run_id: &str, next_seq: u64);
+}
+
 /// Appends to run logs.
 pub trait LogWriter: Send + Sync {
     /// Queues `append`; it is ordered after every append submitted before it.
     /// Never blocks: the answer comes through the [`Ticket`].
     fn submit(&self, append: Append) -> Ticket;
+
+    /// Sets who is told, after each commit, which logs grew (replacing any earlier
+    /// listener). Every append with events that lands must be reported, after its
+    /// records are readable.
+    fn set_commit_listener(&self, listener: Arc<dyn CommitListener>);
 }
 
 /// Reads run logs. Calls block on disk I/O: call them off the async workers.

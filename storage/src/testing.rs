@@ -51,7 +51,8 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::listing::{MetaPage, RunQuery};
 use crate::store::{
-    Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
+    Append, CommitListener, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket,
+    TimerReader,
 };
 use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry};
 
@@ -503,6 +504,10 @@ fn spawn(fut: impl Future<Output = ()> + Send + 'static) {
 }
 
 impl LogWriter for FaultStore {
+    fn set_commit_listener(&self, listener: Arc<dyn CommitListener>) {
+        self.inner.set_commit_listener(listener);
+    }
+
     fn submit(&self, append: Append) -> Ticket {
         let action = self.take(Op::Submit, Some(&append.run_id));
         if let Some(Action::Fail(m)) = &action {

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use reel::{Event, Store};
 use reel_storage::listing::{MetaPage, RunQuery};
 use reel_storage::{
-    Append, LogReader, LogWriter, MetaReader, Result, RunMeta, Scan, StatusKind, Ticket,
-    TimerEntry, TimerReader,
+    Append, CommitListener, LogReader, LogWriter, MetaReader, Result, RunMeta, Scan, StatusKind,
+    Ticket, TimerEntry, TimerReader,
 };
 
 /// A counted operation.
@@ -67,6 +67,10 @@ impl CountingStore {
 }
 
 impl LogWriter for CountingStore {
+    fn set_commit_listener(&self, listener: Arc<dyn CommitListener>) {
+        self.inner.set_commit_listener(listener);
+    }
+
     fn submit(&self, append: Append) -> Ticket {
         self.note(Op::Submit, &append.run_id);
         if append.expected_seq == Some(0)

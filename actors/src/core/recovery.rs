@@ -87,6 +87,8 @@ impl Core {
             ticket.await?;
         }
         let passivator = Passivator::start(options.passivate_after);
+        let log_watchers = Arc::new(LogWatchers::default());
+        store.set_commit_listener(log_watchers.clone());
         let core = Arc::new_cyclic(|me: &Weak<Core>| {
             // Unbounded: journals hand it timers with `try_send`, which must never
             // drop one (a dropped timer is a run that never wakes).
@@ -114,6 +116,7 @@ impl Core {
                 waiters: Waiters::default(),
                 publish_waiters: Waiters::default(),
                 child_subscribers: super::children::Subscriptions::default(),
+                log_watchers,
                 closing: AtomicBool::new(false),
                 me: me.clone(),
             }

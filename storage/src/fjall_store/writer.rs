@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::mpsc::Receiver;
+use std::sync::{Arc, RwLock};
 
 use fjall::PersistMode;
 
@@ -12,7 +13,7 @@ use super::index::ListingWriter;
 use super::{Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
 use crate::StorageError;
 use crate::keys::{log_key, log_prefix, seq_of};
-use crate::store::Result;
+use crate::store::{CommitListener, Result};
 
 /// Next sequence numbers of recently written runs, so the CAS check rarely reads disk.
 struct SeqCache(HashMap<String, u64>);
@@ -31,7 +32,10 @@ impl SeqCache {
     }
 }
 
-pub(super) fn writer_loop(ks: Keyspaces, rx: Receiver<Request>) {
+/// Who the writer tells which logs a commit grew.
+pub(super) type Listener = Arc<RwLock<Option<Arc<dyn CommitListener>>>>;
+
+pub(super) fn writer_loop(ks: Keyspaces, rx: Receiver<Request>, listener: Listener) {
     let mut cache = SeqCache(HashMap::new());
     let mut listing = match ListingWriter::open(&ks) {
         Ok(l) => l,
@@ -54,7 +58,14 @@ pub(super) fn writer_loop(ks: Keyspaces, rx: Receiver<Request>) {
                 Err(_) => break,
             }
         }
-        commit_batch(&ks, &mut cache, &mut listing, &mut pending, &mut failed);
+        commit_batch(
+            &ks,
+            &mut cache,
+            &mut listing,
+            &mut pending,
+            &mut failed,
+            &listener,
+        );
     }
     let _ = ks.db.persist(PersistMode::SyncAll);
 }
@@ -65,6 +76,7 @@ fn commit_batch(
     listing: &mut ListingWriter,
     pending: &mut Vec<Request>,
     failed: &mut Option<String>,
+    listener: &Listener,
 ) {
     // fjall refuses every write after a failed one (it cannot know what reached the
     // disk): answer with the original failure, which names the cause (disk full),
@@ -85,6 +97,13 @@ fn commit_batch(
         cache.0.clear();
     }
     let mut finished_runs = Vec::new();
+    // Only collected while someone follows a log.
+    let listener = listener
+        .read()
+        .ok()
+        .and_then(|l| l.clone())
+        .filter(|l| l.wants());
+    let mut grown: Vec<(String, u64)> = Vec::new();
     let durable = pending.iter().any(|r| r.append.durable);
     let mut batch = ks.db.batch().durability(Some(if durable {
         PersistMode::SyncData
@@ -133,9 +152,11 @@ fn commit_batch(
                     record.as_slice(),
                 );
             }
-            cache
-                .0
-                .insert(a.run_id.clone(), expected + a.records.len() as u64);
+            let next = expected + a.records.len() as u64;
+            cache.0.insert(a.run_id.clone(), next);
+            if listener.is_some() && !a.records.is_empty() {
+                grown.push((a.run_id.clone(), next));
+            }
         }
         if let Some((meta, finished)) = &a.meta {
             batch.insert(&ks.runs, a.run_id.as_str(), meta.as_slice());
@@ -167,6 +188,11 @@ fn commit_batch(
         // their records are on disk can a later check read their tail from there.
         for run_id in &finished_runs {
             cache.0.remove(run_id);
+        }
+        if let Some(l) = &listener {
+            for (run_id, next) in &grown {
+                l.grew(run_id, *next);
+            }
         }
     }
     for reply in accepted {
