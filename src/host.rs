@@ -147,6 +147,17 @@ impl HostBuilder {
         self
     }
 
+    /// How long finished runs are kept: by default for ever. With a
+    /// [`Retention`](crate::Retention) that deletes, the host deletes the runs that
+    /// ended longer ago than it keeps them, in the background every
+    /// [`Retention::every`](crate::Retention), examining a bounded number of runs
+    /// per pass, and compacts the store at most once an hour after deleting so the
+    /// space comes back. [`Host::enforce_retention`] runs a pass now.
+    pub fn retention(mut self, retention: crate::Retention) -> Self {
+        self.options.retention = retention;
+        self
+    }
+
     /// Opens the store and starts recovering unfinished runs in the background:
     /// returns as soon as new work can be accepted.
     ///

@@ -37,6 +37,8 @@
 //! - `operate`: [`AnyRun::pause`], [`AnyRun::resume`], [`AnyRun::retry`] and
 //!   [`Host::fork`].
 //! - `watch`: [`AnyRun::watch`], a run's log as a live stream of records.
+//! - `deletion`: [`AnyRun::delete`], [`Host::enforce_retention`] and
+//!   [`Host::reclaim_space`] ([`Retention`] is set on the [`HostBuilder`]).
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
@@ -78,6 +80,7 @@
 mod any_run;
 mod closing;
 mod ctx;
+mod deletion;
 mod driver;
 mod error;
 mod handle;
@@ -99,6 +102,7 @@ pub use error::{Error, Result};
 pub use handle::RunHandle;
 pub use host::{Host, HostBuilder};
 pub use listing::{Cursor, Page, RunFilter};
+pub use reel_actors::Retention;
 pub use reel_storage::{
     AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, StatusKind, Store,
 };

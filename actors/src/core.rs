@@ -5,7 +5,7 @@
 //! `routing` (delivering messages to runs, background deliveries of wake-ups),
 //! `parking`, `waiters` (result waiters), `published` (readers of published
 //! values), `children` (child-run links, child cycles), `listing`, `operate`
-//! (pause, resume, retry), `fork`, and `run_host`
+//! (pause, resume, retry), `fork`, `deletion` (delete, retention), and `run_host`
 //! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
 //! it depends on none of them, and nothing below the core names it.
 
@@ -41,6 +41,7 @@ use crate::waiters::{PruneOnDrop, Waiters};
 
 mod activation;
 mod children;
+mod deletion;
 mod fork;
 mod listing;
 mod operate;
@@ -96,6 +97,9 @@ pub struct Core {
     new_runs: Arc<Semaphore>,
     /// Readers following run logs live, told by the store after each commit.
     log_watchers: Arc<LogWatchers>,
+    /// Where each kind of end's retention pass goes on from (`deletion`), so runs
+    /// that ended late but started early cannot keep a pass from the ones after.
+    retention_cursors: Mutex<HashMap<reel_storage::StatusKind, reel_storage::listing::ListCursor>>,
     closing: AtomicBool,
     me: Weak<Core>,
 }

@@ -18,7 +18,8 @@
 //!   a run actor receives: `Resume`, `Delivery`, `StopRun`), `waiters` (callers
 //!   waiting on runs), `blocking` (storage calls off the async workers),
 //!   `passivation` (one queue that passivates idle run actors), `log_watch`
-//!   ([`LogWatch`]: told when a watched run's log grows).
+//!   ([`LogWatch`]: told when a watched run's log grows), `retention`
+//!   ([`Retention`]).
 //! - `host`: `RunHost`, the narrow interface that everything below the core holds
 //!   (weakly) instead of the [`Core`]; the core implements it.
 //! - `journal`: [`Journal`], a run's append handle over its current log segment
@@ -49,6 +50,7 @@ mod log_watch;
 mod message;
 mod options;
 mod passivation;
+mod retention;
 mod run_actor;
 mod services;
 mod supervisor;
@@ -62,6 +64,7 @@ pub use journal::{Journal, Landing, retry_timer_id};
 pub use log_watch::LogWatch;
 pub use message::ChildCall;
 pub use options::CoreOptions;
+pub use retention::Retention;
 pub use run_actor::panic_message;
 pub use services::Services;
 pub use timers::now_ms;

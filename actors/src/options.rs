@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::retention::Retention;
+
 /// Tuning of a [`Core`](crate::Core).
 #[derive(Clone, Debug)]
 pub struct CoreOptions {
@@ -23,6 +25,8 @@ pub struct CoreOptions {
     /// `tracing` warning (once per activation): every wake-up replays the whole
     /// segment, so a run that loops for ever should continue as new.
     pub long_log_events: u64,
+    /// How long finished runs are kept (for ever by default).
+    pub retention: Retention,
 }
 
 impl Default for CoreOptions {
@@ -34,6 +38,7 @@ impl Default for CoreOptions {
             activation_concurrency: 256,
             cancel_grace: Duration::from_secs(30),
             long_log_events: 10_000,
+            retention: Retention::default(),
         }
     }
 }

@@ -103,6 +103,8 @@ struct Encoded {
     records: Vec<Vec<u8>>,
     meta: Option<(Vec<u8>, bool)>,
     listed: Option<Listed>,
+    /// Removes the run instead (`LogWriter::delete`).
+    delete: bool,
     add_timers: Vec<Vec<u8>>,
     remove_timers: Vec<Vec<u8>>,
     durable: bool,
@@ -301,6 +303,7 @@ impl FjallStore {
             None => None,
         };
         Ok(Encoded {
+            delete: false,
             listed: append.meta.as_ref().map(Listed::of),
             records,
             meta,
@@ -320,11 +323,34 @@ impl LogWriter for FjallStore {
         }
     }
 
+    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
+        if let Err(e) = check_run_id(run_id) {
+            return Ticket::ready(Err(e));
+        }
+        self.send(Encoded {
+            run_id: run_id.to_owned(),
+            expected_seq: Some(expected_seq),
+            records: Vec::new(),
+            meta: None,
+            listed: None,
+            add_timers: Vec::new(),
+            remove_timers: remove_timers.iter().map(encode_timer_key).collect(),
+            durable: true,
+            delete: true,
+        })
+    }
+
     fn submit(&self, append: Append) -> Ticket {
         let append = match FjallStore::encode(append) {
             Ok(a) => a,
             Err(e) => return Ticket::ready(Err(e)),
         };
+        self.send(append)
+    }
+}
+
+impl FjallStore {
+    fn send(&self, append: Encoded) -> Ticket {
         let (reply, rx) = oneshot::channel();
         let guard = match self.tx.lock() {
             Ok(g) => g,
@@ -462,6 +488,18 @@ impl TimerReader for FjallStore {
 }
 
 impl Store for FjallStore {
+    fn reclaim(&self) -> Result<()> {
+        let ks = self.keyspaces()?;
+        // Deleted records leave tombstones; a flush and a major compaction drop
+        // them together with what they cover.
+        for keyspace in [&ks.log, &ks.runs, &ks.active, &ks.timers, &ks.listing] {
+            keyspace.rotate_memtable_and_wait()?;
+            keyspace.major_compact()?;
+        }
+        ks.db.persist(PersistMode::SyncAll)?;
+        Ok(())
+    }
+
     fn close(&self) {
         // Dropping the sender ends the writer loop once the queue is drained.
         if let Ok(mut tx) = self.tx.lock() {

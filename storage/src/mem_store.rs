@@ -11,7 +11,7 @@ use crate::store::{
     Append, CommitListener, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket,
     TimerReader,
 };
-use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry};
+use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry, check_run_id};
 
 #[derive(Default)]
 struct State {
@@ -98,6 +98,32 @@ impl LogWriter for MemStore {
                 l.grew(&run_id, next);
             }
         }
+        Ticket::ready(result)
+    }
+
+    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
+        let result = (|| {
+            check_run_id(run_id)?;
+            let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
+            if st.closed {
+                return Err(StorageError::Closed);
+            }
+            let actual = st.logs.get(run_id).map_or(0, |l| l.len() as u64);
+            if actual != expected_seq {
+                return Err(StorageError::Conflict {
+                    run_id: run_id.to_owned(),
+                    expected: expected_seq,
+                    actual,
+                });
+            }
+            st.logs.remove(run_id);
+            st.times.remove(run_id);
+            st.runs.remove(run_id);
+            for t in &remove_timers {
+                st.timers.remove(t);
+            }
+            Ok(())
+        })();
         Ticket::ready(result)
     }
 
@@ -220,6 +246,10 @@ impl TimerReader for MemStore {
 }
 
 impl Store for MemStore {
+    fn reclaim(&self) -> Result<()> {
+        Ok(())
+    }
+
     fn close(&self) {
         if let Ok(mut st) = self.state.lock() {
             st.closed = true;

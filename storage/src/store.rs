@@ -135,6 +135,14 @@ pub trait LogWriter: Send + Sync {
     /// listener). Every append with events that lands must be reported, after its
     /// records are readable.
     fn set_commit_listener(&self, listener: Arc<dyn CommitListener>);
+
+    /// Removes a run entirely, in one atomic write: every record of its log (every
+    /// segment), its metadata, its listing index entries and count, and the timer
+    /// entries named in `remove_timers`. Compare-and-set like an append: refused
+    /// with [`StorageError::Conflict`] unless the log's next sequence number is
+    /// `expected_seq` (the log has not moved since the caller checked the run). The
+    /// space comes back as the backend compacts ([`Store::reclaim`]).
+    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket;
 }
 
 /// Reads run logs. Calls block on disk I/O: call them off the async workers.
@@ -244,4 +252,12 @@ pub trait Store: LogWriter + LogReader + MetaReader + TimerReader + 'static {
     /// Stops accepting writes, waits for queued ones and releases the store (its
     /// directory can be opened again afterwards). Idempotent.
     fn close(&self);
+
+    /// Gives the space of deleted runs back to the file system now, as far as the
+    /// backend can (fjall: flushes and compacts every keyspace, which rewrites
+    /// them: its cost grows with the store). Blocks.
+    ///
+    /// # Errors
+    /// I/O.
+    fn reclaim(&self) -> Result<()>;
 }

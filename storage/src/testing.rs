@@ -508,6 +508,10 @@ impl LogWriter for FaultStore {
         self.inner.set_commit_listener(listener);
     }
 
+    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
+        self.inner.delete(run_id, expected_seq, remove_timers)
+    }
+
     fn submit(&self, append: Append) -> Ticket {
         let action = self.take(Op::Submit, Some(&append.run_id));
         if let Some(Action::Fail(m)) = &action {
@@ -608,6 +612,10 @@ impl TimerReader for FaultStore {
 }
 
 impl Store for FaultStore {
+    fn reclaim(&self) -> Result<()> {
+        self.inner.reclaim()
+    }
+
     fn close(&self) {
         let action = self.take(Op::Close, None);
         self.inner.close();

@@ -71,6 +71,10 @@ impl LogWriter for CountingStore {
         self.inner.set_commit_listener(listener);
     }
 
+    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
+        self.inner.delete(run_id, expected_seq, remove_timers)
+    }
+
     fn submit(&self, append: Append) -> Ticket {
         self.note(Op::Submit, &append.run_id);
         if append.expected_seq == Some(0)
@@ -142,6 +146,10 @@ impl TimerReader for CountingStore {
 }
 
 impl Store for CountingStore {
+    fn reclaim(&self) -> Result<()> {
+        self.inner.reclaim()
+    }
+
     fn close(&self) {
         self.inner.close();
     }

@@ -117,6 +117,7 @@ impl Core {
                 publish_waiters: Waiters::default(),
                 child_subscribers: super::children::Subscriptions::default(),
                 log_watchers,
+                retention_cursors: Default::default(),
                 closing: AtomicBool::new(false),
                 me: me.clone(),
             }
@@ -130,6 +131,7 @@ impl Core {
             })
             .map(|m| m.run_id)
             .collect();
+        core.spawn_retention(core.options.retention.clone());
         tracing::info!(resuming = to_resume.len(), "reel: recovery started");
         // A bare task: it only sends messages, and stops at the first refusal once
         // the host is closing.

@@ -87,8 +87,9 @@ fn count_key(kind: StatusKind) -> [u8; 2] {
 /// Keeps the indexes of the runs a batch writes, and the counts, in step.
 pub(super) struct ListingWriter {
     counts: [u64; StatusKind::ALL.len()],
-    /// What this batch already wrote per run: the on-disk record is stale for them.
-    written: HashMap<String, Listed>,
+    /// What this batch already wrote per run (`None`: deleted): the on-disk record
+    /// is stale for them.
+    written: HashMap<String, Option<Listed>>,
     before: [u64; StatusKind::ALL.len()],
 }
 
@@ -114,17 +115,7 @@ impl ListingWriter {
         run_id: &str,
         new: Listed,
     ) -> Result<()> {
-        let old = match self.written.get(run_id) {
-            Some(l) => Some(l.clone()),
-            None => match ks.runs.get(run_id)? {
-                // A record that no longer decodes leaves its old status entry behind;
-                // listings read each run's record and drop entries that disagree.
-                Some(bytes) => RunMeta::decode("runs", run_id.as_bytes(), &bytes)
-                    .ok()
-                    .map(|m| Listed::of(&m)),
-                None => None,
-            },
-        };
+        let old = self.current(ks, run_id)?;
         match &old {
             None => {
                 batch.insert(
@@ -161,7 +152,47 @@ impl ListingWriter {
             }
             Some(_) => {}
         }
-        self.written.insert(run_id.to_owned(), new);
+        self.written.insert(run_id.to_owned(), Some(new));
+        Ok(())
+    }
+
+    /// What the indexes hold for `run_id` now, this batch included.
+    fn current(&self, ks: &Keyspaces, run_id: &str) -> Result<Option<Listed>> {
+        Ok(match self.written.get(run_id) {
+            Some(l) => l.clone(),
+            None => match ks.runs.get(run_id)? {
+                // A record that no longer decodes leaves its old status entry behind;
+                // listings read each run's record and drop entries that disagree.
+                Some(bytes) => RunMeta::decode("runs", run_id.as_bytes(), &bytes)
+                    .ok()
+                    .map(|m| Listed::of(&m)),
+                None => None,
+            },
+        })
+    }
+
+    /// Adds to `batch` the removal of `run_id`'s index entries (a deleted run).
+    pub(super) fn remove(
+        &mut self,
+        ks: &Keyspaces,
+        batch: &mut OwnedWriteBatch,
+        run_id: &str,
+    ) -> Result<()> {
+        if let Some(old) = self.current(ks, run_id)? {
+            batch.remove(&ks.listing, key(created_prefix(), old.created_ms, run_id));
+            batch.remove(
+                &ks.listing,
+                key(status_prefix(old.kind), old.created_ms, run_id),
+            );
+            if let Some(parent) = &old.parent {
+                batch.remove(
+                    &ks.listing,
+                    key(parent_prefix(parent), old.created_ms, run_id),
+                );
+            }
+            self.bump(old.kind, -1);
+        }
+        self.written.insert(run_id.to_owned(), None);
         Ok(())
     }
 

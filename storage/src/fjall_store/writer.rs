@@ -10,10 +10,11 @@ use std::sync::{Arc, RwLock};
 use fjall::PersistMode;
 
 use super::index::ListingWriter;
-use super::{Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
+use super::{Encoded, Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
 use crate::StorageError;
 use crate::keys::{log_key, log_prefix, seq_of};
 use crate::store::{CommitListener, Result};
+use fjall::OwnedWriteBatch;
 
 /// Next sequence numbers of recently written runs, so the CAS check rarely reads disk.
 struct SeqCache(HashMap<String, u64>);
@@ -136,6 +137,22 @@ fn commit_batch(
                 continue;
             }
         }
+        if a.delete {
+            match delete_run(ks, &mut batch, listing, a) {
+                Ok(()) => {
+                    cache.0.insert(a.run_id.clone(), 0);
+                    if listener.is_some() {
+                        // Wakes its watchers, who then find it gone.
+                        grown.push((a.run_id.clone(), 0));
+                    }
+                    accepted.push(req.reply);
+                }
+                Err(e) => {
+                    let _ = req.reply.send(Err(e));
+                }
+            }
+            continue;
+        }
         // Before anything of the append is in the batch: the old record is read
         // here, and a failed read must leave the batch without any of it.
         if let Some(listed) = &a.listed
@@ -206,4 +223,29 @@ fn commit_batch(
     for (reply, conflict) in refused {
         let _ = reply.send(Err(conflict));
     }
+}
+
+/// Adds to `batch` the removal of everything of a run. Reads first (the log's
+/// keys, the old metadata), so a failed read leaves the batch without any of it.
+fn delete_run(
+    ks: &Keyspaces,
+    batch: &mut OwnedWriteBatch,
+    listing: &mut ListingWriter,
+    a: &Encoded,
+) -> Result<()> {
+    let keys = ks
+        .log
+        .prefix(log_prefix(&a.run_id))
+        .map(|g| g.key())
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    listing.remove(ks, batch, &a.run_id)?;
+    for k in keys {
+        batch.remove(&ks.log, k);
+    }
+    batch.remove(&ks.runs, a.run_id.as_str());
+    batch.remove(&ks.active, a.run_id.as_str());
+    for t in &a.remove_timers {
+        batch.remove(&ks.timers, t.as_slice());
+    }
+    Ok(())
 }

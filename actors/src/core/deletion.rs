@@ -1,0 +1,153 @@
+//! Deleting finished runs: one at a time ([`Core::delete`]) and by the retention
+//! policy ([`Core::enforce_retention`], also run in the background).
+
+use std::time::{Duration, Instant};
+
+use reel_storage::listing::RunQuery;
+
+use super::*;
+use crate::retention::Retention;
+
+/// The least time between two reclaims of space by the background pass: a reclaim
+/// compacts the whole store.
+const RECLAIM_EVERY: Duration = Duration::from_secs(3600);
+
+impl Core {
+    /// Deletes a finished run: its log (every segment), metadata and index
+    /// entries, in one write. Its children are not deleted. Afterwards the run is
+    /// unknown.
+    ///
+    /// # Errors
+    /// [`ActorError::UnknownRun`], [`ActorError::InvalidState`] for a run that has
+    /// not finished (running, suspended, parked, paused), storage errors.
+    pub async fn delete(&self, run_id: &str) -> Result<(), ActorError> {
+        self.check_open()?;
+        let meta = self.known(run_id).await?;
+        if !meta.state.is_finished() {
+            return Err(ActorError::InvalidState {
+                run_id: run_id.to_owned(),
+                state: meta.state.kind(),
+                action: "delete".to_owned(),
+            });
+        }
+        // A finished run's actor may still be winding down: stop it first, so no
+        // state of the run outlives its records.
+        let cell = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .cloned();
+        if let Some(actor) = cell.as_ref().and_then(|c| c.get()) {
+            let _ = actor.ask(StopRun).await;
+            actor.wait_for_shutdown().await;
+        }
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        let next = blocking(move || store.next_seq(&id)).await?;
+        self.store.delete(run_id, next, Vec::new()).await?;
+        self.unrecorded_parks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
+        self.notify_changed(run_id, None);
+        Ok(())
+    }
+
+    /// One pass of the host's retention policy ([`CoreOptions::retention`]):
+    /// deletes the runs that ended longer ago than it keeps them (as of `now_ms`),
+    /// examining at most `per_pass` runs of each kind of end. Returns how many it
+    /// deleted.
+    ///
+    /// # Errors
+    /// Storage errors; a run deleted or changed meanwhile is skipped.
+    pub async fn enforce_retention(&self, now_ms: u64) -> Result<usize, ActorError> {
+        let policy = &self.options.retention;
+        let mut deleted = 0;
+        for (kind, keep) in policy.kept() {
+            let Some(keep) = keep else { continue };
+            let cutoff = now_ms.saturating_sub(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX));
+            let after = self
+                .retention_cursors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&kind)
+                .cloned();
+            // A run ends after it starts: one started after the cutoff ended after it.
+            let page = self
+                .list_page(RunQuery {
+                    status: Some(vec![kind]),
+                    created_before: Some(cutoff.saturating_add(1)),
+                    limit: policy.per_pass,
+                    after,
+                    newest_first: false,
+                    ..RunQuery::default()
+                })
+                .await?;
+            {
+                let mut cursors = self
+                    .retention_cursors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                match &page.next {
+                    Some(next) => cursors.insert(kind, next.clone()),
+                    None => cursors.remove(&kind),
+                };
+            }
+            for meta in page.items {
+                if meta.updated_at > cutoff || !meta.state.is_finished() {
+                    continue;
+                }
+                match self.delete(&meta.run_id).await {
+                    Ok(()) => deleted += 1,
+                    Err(ActorError::UnknownRun(_) | ActorError::InvalidState { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Gives the space of deleted runs back to the file system now (the store
+    /// compacts: its cost grows with the store).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn reclaim(&self) -> Result<(), ActorError> {
+        let store = self.store.clone();
+        Ok(blocking(move || store.reclaim()).await?)
+    }
+
+    /// Runs retention passes every `policy.every` until the host shuts down. A
+    /// bare task holding the core weakly: it ends at the first tick after the core
+    /// is gone or closing, and a failed pass is logged and tried at the next tick.
+    pub(crate) fn spawn_retention(self: &Arc<Core>, policy: Retention) {
+        if !policy.deletes() {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut last_reclaim: Option<Instant> = None;
+            loop {
+                tokio::time::sleep(policy.every).await;
+                let Some(core) = weak.upgrade() else { return };
+                if core.check_open().is_err() {
+                    return;
+                }
+                match core.enforce_retention(now_ms()).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(deleted = n, "reel: retention deleted finished runs");
+                        if last_reclaim.is_none_or(|t| t.elapsed() >= RECLAIM_EVERY) {
+                            last_reclaim = Some(Instant::now());
+                            if let Err(e) = core.reclaim().await {
+                                tracing::warn!(error = %e, "reel: reclaiming space failed");
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "reel: retention pass failed"),
+                }
+            }
+        });
+    }
+}
