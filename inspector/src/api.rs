@@ -46,8 +46,10 @@ fn status_kind(s: &str) -> Result<StatusKind, ApiError> {
         })
 }
 
-/// A run's summary as JSON.
-pub(crate) fn info_to_json(r: &RunInfo) -> Value {
+/// A run's summary as JSON, as the listing and the CLI show it: `{"run_id",
+/// "workflow", "version", "status", "waiting_on", "error", "parent", "segment",
+/// "log"}`.
+pub fn run_info_to_json(r: &RunInfo) -> Value {
     let (waiting_on, error) = match &r.status {
         RunStatus::Suspended { waiting_on } => (Some(waiting_on.clone()), None),
         RunStatus::Failed { error } | RunStatus::Parked { error } => (None, Some(error.clone())),
@@ -109,7 +111,7 @@ pub(crate) async fn list(State(s): State<AppState>, q: Params) -> Result<Json<Va
         )));
     }
     let page = ops::list(&s.host, &f).await?;
-    let runs: Vec<Value> = page.runs.iter().map(info_to_json).collect();
+    let runs: Vec<Value> = page.runs.iter().map(run_info_to_json).collect();
     Ok(Json(json!({ "runs": runs, "next": page.next })))
 }
 
@@ -129,8 +131,8 @@ pub(crate) async fn get(
 ) -> Result<Json<Value>, ApiError> {
     let run = s.host.run(&id);
     let info = run.info().await?;
-    let mut v = info_to_json(&info);
-    let children: Vec<Value> = run.children().await?.iter().map(info_to_json).collect();
+    let mut v = run_info_to_json(&info);
+    let children: Vec<Value> = run.children().await?.iter().map(run_info_to_json).collect();
     v["children"] = children.into();
     v["created_at"] = ops::created_at(&s.host, &id).await?.map(unix_ms).into();
     v["read_only"] = s.opts.read_only.into();

@@ -43,7 +43,7 @@
 //! function per operation), `event_json.rs` records as JSON, `error.rs` the
 //! error responses, `page.rs` and `assets/` the web page.
 
-mod api;
+pub(crate) mod api;
 mod error;
 mod event_json;
 mod ops;
@@ -55,6 +55,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use reel::Host;
 
+pub use api::run_info_to_json;
 pub use error::ApiError;
 pub use event_json::{event_to_json, failure_to_json, payload_to_json, record_to_json, unix_ms};
 
