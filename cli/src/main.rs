@@ -127,7 +127,9 @@ fn run(cli: &Cli) -> Result<(), String> {
     match (&cli.url, &cli.store) {
         (Some(url), _) => remote(cli, &http::Admin::new(url)),
         (None, Some(dir)) => local(cli, dir),
-        (None, None) => Err("say where the runs are: --url <admin endpoint> or --store <dir>".into()),
+        (None, None) => {
+            Err("say where the runs are: --url <admin endpoint> or --store <dir>".into())
+        }
     }
 }
 
@@ -165,13 +167,25 @@ fn remote(cli: &Cli, admin: &http::Admin) -> Result<(), String> {
         }
         Command::Events { run } => {
             let v = admin.get(&format!("api/runs/{}/records", http::seg(run)), &[])?;
-            table::records(cli.json, v["records"].as_array().map_or(&[][..], Vec::as_slice));
+            table::records(
+                cli.json,
+                v["records"].as_array().map_or(&[][..], Vec::as_slice),
+            );
             Ok(())
         }
-        Command::Watch { run } => admin.watch(run, |r| table::records(cli.json, std::slice::from_ref(r))),
-        Command::Signal { run, name, payload, id } => {
+        Command::Watch { run } => {
+            admin.watch(run, |r| table::records(cli.json, std::slice::from_ref(r)))
+        }
+        Command::Signal {
+            run,
+            name,
+            payload,
+            id,
+        } => {
             let payload: Value = match payload {
-                Some(p) => serde_json::from_str(p).map_err(|e| format!("the payload is not JSON: {e}"))?,
+                Some(p) => {
+                    serde_json::from_str(p).map_err(|e| format!("the payload is not JSON: {e}"))?
+                }
                 None => Value::Null,
             };
             let mut body = json!({ "name": name, "payload": payload });
@@ -197,7 +211,13 @@ fn local(cli: &Cli, dir: &std::path::Path) -> Result<(), String> {
     let store = store::Reader::open(dir)?;
     match &cli.command {
         Command::Runs(a) => {
-            let page = store.runs(a.status.as_deref(), a.workflow.as_deref(), a.parent.as_deref(), a.limit, a.cursor.as_deref())?;
+            let page = store.runs(
+                a.status.as_deref(),
+                a.workflow.as_deref(),
+                a.parent.as_deref(),
+                a.limit,
+                a.cursor.as_deref(),
+            )?;
             if cli.json {
                 println!("{page}");
             } else {
@@ -213,9 +233,11 @@ fn local(cli: &Cli, dir: &std::path::Path) -> Result<(), String> {
             table::records(cli.json, &store.records(run)?);
             Ok(())
         }
-        _ => Err("a store directory is read-only: `runs`, `show` and `events` only; \
+        _ => Err(
+            "a store directory is read-only: `runs`, `show` and `events` only; \
                   operate runs with --url <the host's admin endpoint>"
-            .into()),
+                .into(),
+        ),
     }
 }
 

@@ -43,12 +43,19 @@ pub(crate) fn runs(page: &Value) {
                 cell(&r["run_id"]),
                 format!("{} v{}", cell(&r["workflow"]), cell(&r["version"])),
                 cell(&r["status"]),
-                cell(if r["error"].is_null() { &r["waiting_on"] } else { &r["error"] }),
+                cell(if r["error"].is_null() {
+                    &r["waiting_on"]
+                } else {
+                    &r["error"]
+                }),
                 cell(&r["parent"]),
             ]
         })
         .collect();
-    table(&["run", "workflow", "status", "waiting on / error", "parent"], &rows);
+    table(
+        &["run", "workflow", "status", "waiting on / error", "parent"],
+        &rows,
+    );
     if let Some(next) = page["next"].as_str() {
         println!("more: --cursor {next}");
     }

@@ -39,10 +39,7 @@ fn status_kind(s: &str) -> Result<StatusKind, ApiError> {
         .find(|k| k.as_str().eq_ignore_ascii_case(s))
         .ok_or_else(|| {
             let all: Vec<&str> = StatusKind::ALL.iter().map(|k| k.as_str()).collect();
-            ApiError::bad_request(format!(
-                "unknown status `{s}` (one of: {})",
-                all.join(", ")
-            ))
+            ApiError::bad_request(format!("unknown status `{s}` (one of: {})", all.join(", ")))
         })
 }
 
@@ -236,7 +233,10 @@ pub(crate) async fn signal(
         return Err(ApiError::bad_request("the signal `name` is empty"));
     }
     let signal_id = b.signal_id.unwrap_or_else(|| Uuid::new_v4().to_string());
-    s.host.run(&id).signal(&b.name, &b.payload, &signal_id).await?;
+    s.host
+        .run(&id)
+        .signal(&b.name, &b.payload, &signal_id)
+        .await?;
     Ok(accepted(&id, "signal"))
 }
 
@@ -252,7 +252,9 @@ pub(crate) async fn cancel(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let b: ReasonBody = action(&s, &body)?;
-    let reason = b.reason.unwrap_or_else(|| "cancelled from the inspector".into());
+    let reason = b
+        .reason
+        .unwrap_or_else(|| "cancelled from the inspector".into());
     s.host.run(&id).request_cancel(&reason).await?;
     Ok(accepted(&id, "cancel"))
 }
@@ -263,7 +265,9 @@ pub(crate) async fn terminate(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let b: ReasonBody = action(&s, &body)?;
-    let reason = b.reason.unwrap_or_else(|| "terminated from the inspector".into());
+    let reason = b
+        .reason
+        .unwrap_or_else(|| "terminated from the inspector".into());
     s.host.run(&id).terminate(&reason).await?;
     Ok(accepted(&id, "terminate"))
 }

@@ -11,9 +11,8 @@ const CSS: &str = include_str!("assets/app.css");
 const JS: &str = include_str!("assets/app.js");
 
 pub(crate) async fn index(State(s): State<AppState>) -> Html<String> {
-    Html(
-        HTML.replace("/*CSS*/", CSS)
-            .replace("/*JS*/", JS)
-            .replace("__READ_ONLY__", if s.opts.read_only { "true" } else { "false" }),
-    )
+    Html(HTML.replace("/*CSS*/", CSS).replace("/*JS*/", JS).replace(
+        "__READ_ONLY__",
+        if s.opts.read_only { "true" } else { "false" },
+    ))
 }

@@ -45,15 +45,33 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     assert_eq!(s, 200, "{p1}");
     assert_eq!(ids(&p1), ["f1", "q0"]);
     let next = p1["next"].as_str().expect("a next page");
-    let (_, p2) = call(&app, "GET", &format!("/api/runs?limit=2&order=asc&cursor={next}"), "").await;
+    let (_, p2) = call(
+        &app,
+        "GET",
+        &format!("/api/runs?limit=2&order=asc&cursor={next}"),
+        "",
+    )
+    .await;
     assert_eq!(ids(&p2), ["q1", "q2"]);
     let next = p2["next"].as_str().expect("a third page");
-    let (_, p3) = call(&app, "GET", &format!("/api/runs?limit=2&order=asc&cursor={next}"), "").await;
+    let (_, p3) = call(
+        &app,
+        "GET",
+        &format!("/api/runs?limit=2&order=asc&cursor={next}"),
+        "",
+    )
+    .await;
     assert_eq!(ids(&p3), ["w1", "w2"]);
     assert_eq!(p3["next"], Value::Null);
 
     // Filters.
-    let (_, f) = call(&app, "GET", "/api/runs?status=suspended,failed&order=asc", "").await;
+    let (_, f) = call(
+        &app,
+        "GET",
+        "/api/runs?status=suspended,failed&order=asc",
+        "",
+    )
+    .await;
     assert_eq!(ids(&f), ["f1", "w1", "w2"]);
     let (_, f) = call(&app, "GET", "/api/runs?workflow=quick&order=desc", "").await;
     assert_eq!(ids(&f), ["q2", "q1", "q0"]);
@@ -72,14 +90,22 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     assert_eq!(run["status"], "suspended");
     assert!(run["created_at"].as_u64().is_some_and(|t| t > 0));
     let (_, f1) = call(&app, "GET", "/api/runs/f1", "").await;
-    assert!(f1["error"].as_str().is_some_and(|e| e.contains("card declined")), "{f1}");
+    assert!(
+        f1["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("card declined")),
+        "{f1}"
+    );
 
     // Records with the payloads as JSON; paging by sequence number.
     let (_, recs) = call(&app, "GET", "/api/runs/w1/records", "").await;
     let recs = recs["records"].as_array().expect("records").clone();
     assert_eq!(recs[0]["kind"], "RunStarted");
     assert_eq!(recs[0]["input"], json!({"order": 7}));
-    assert!(recs.iter().any(|r| r["kind"] == "StepCompleted" && r["output"] == json!({"ready": true})));
+    assert!(
+        recs.iter()
+            .any(|r| r["kind"] == "StepCompleted" && r["output"] == json!({"ready": true}))
+    );
     let (_, tail) = call(&app, "GET", "/api/runs/w1/records?after=0&limit=1", "").await;
     assert_eq!(tail["records"][0]["seq"], recs[1]["seq"]);
 
@@ -91,11 +117,21 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     assert!(sse.contains("id: 0"), "{sse}");
 
     // A signal over HTTP finishes w1; its output is in the records.
-    let (s, ok) = call(&app, "POST", "/api/runs/w1/signal", r#"{"name":"go","payload":{"by":"http"}}"#).await;
+    let (s, ok) = call(
+        &app,
+        "POST",
+        "/api/runs/w1/signal",
+        r#"{"name":"go","payload":{"by":"http"}}"#,
+    )
+    .await;
     assert_eq!(s, 202, "{ok}");
     tokio::time::timeout(LIMIT, w1.result()).await??;
     let (_, recs) = call(&app, "GET", "/api/runs/w1/records", "").await;
-    let last = recs["records"].as_array().and_then(|r| r.last()).expect("last").clone();
+    let last = recs["records"]
+        .as_array()
+        .and_then(|r| r.last())
+        .expect("last")
+        .clone();
     assert_eq!(last["kind"], "RunCompleted");
     assert_eq!(last["output"]["go"], json!({"by": "http"}));
     // Only the records after the one it names come through a watch that resumes.
@@ -104,7 +140,13 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     assert_eq!(sse.matches("event: record").count(), 1, "{sse}");
 
     // A cancel over HTTP ends w2.
-    let (s, _) = call(&app, "POST", "/api/runs/w2/cancel", r#"{"reason":"operator"}"#).await;
+    let (s, _) = call(
+        &app,
+        "POST",
+        "/api/runs/w2/cancel",
+        r#"{"reason":"operator"}"#,
+    )
+    .await;
     assert_eq!(s, 202);
     assert!(tokio::time::timeout(LIMIT, w2.result()).await?.is_err());
     assert_eq!(w2.status().await?, RunStatus::Cancelled);
@@ -117,7 +159,10 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     assert_eq!(c["by_status"]["completed"], 4);
     assert_eq!(c["by_status"]["cancelled"], 1);
     let (_, recs) = call(&app, "GET", "/api/runs/w1/records", "").await;
-    assert_eq!(recs["records"].as_array().map(Vec::len), Some(recs_len(&app).await));
+    assert_eq!(
+        recs["records"].as_array().map(Vec::len),
+        Some(recs_len(&app).await)
+    );
     let (s, page) = text(&app, "/").await;
     assert_eq!(s, 200);
     assert!(page.contains("reel inspector") && page.contains("EventSource"));

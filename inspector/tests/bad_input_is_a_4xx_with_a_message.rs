@@ -41,7 +41,11 @@ async fn bad_input_answers_4xx_and_changes_nothing() -> anyhow::Result<()> {
         ("POST", "/api/runs/nope/cancel", ""),
         ("POST", "/api/runs/nope/terminate", ""),
         ("POST", "/api/runs/nope/pause", ""),
-        ("POST", "/api/runs/nope/fork", r#"{"at_seq":1,"new_run_id":"x"}"#),
+        (
+            "POST",
+            "/api/runs/nope/fork",
+            r#"{"at_seq":1,"new_run_id":"x"}"#,
+        ),
     ] {
         let (s, v) = call(&app, method, uri, body).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{method} {uri}: {v}");
@@ -49,7 +53,13 @@ async fn bad_input_answers_4xx_and_changes_nothing() -> anyhow::Result<()> {
     }
 
     // Malformed JSON bodies: 400 with serde's sentence.
-    for body in ["{", r#"{"payload": 1}"#, r#"{"name": 5}"#, r#"{"name":"go","extra":1}"#, "[]"] {
+    for body in [
+        "{",
+        r#"{"payload": 1}"#,
+        r#"{"name": 5}"#,
+        r#"{"name":"go","extra":1}"#,
+        "[]",
+    ] {
         let (s, v) = call(&app, "POST", "/api/runs/w/signal", body).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{body}: {v}");
         assert!(message(&v).starts_with("malformed JSON body"), "{v}");
@@ -58,7 +68,13 @@ async fn bad_input_answers_4xx_and_changes_nothing() -> anyhow::Result<()> {
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     let (s, v) = call(&app, "POST", "/api/runs/w/cancel", r#"{"reason": 3}"#).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
-    let (s, v) = call(&app, "POST", "/api/runs/w/signal", r#"{"name":"approval:x"}"#).await;
+    let (s, v) = call(
+        &app,
+        "POST",
+        "/api/runs/w/signal",
+        r#"{"name":"approval:x"}"#,
+    )
+    .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     assert!(message(&v).contains("reserved"), "{v}");
 
@@ -94,9 +110,30 @@ async fn bad_input_answers_4xx_and_changes_nothing() -> anyhow::Result<()> {
     assert_eq!(w.status().await?.kind(), reel::StatusKind::Suspended);
 
     // Read-only: every action 403, reads still work, nothing changes.
-    let ro = router(h.clone(), InspectorOptions { read_only: true, ..InspectorOptions::default() });
-    for action in ["signal", "cancel", "terminate", "pause", "resume", "retry", "fork", "delete"] {
-        let (s, v) = call(&ro, "POST", &format!("/api/runs/w/{action}"), r#"{"name":"go"}"#).await;
+    let ro = router(
+        h.clone(),
+        InspectorOptions {
+            read_only: true,
+            ..InspectorOptions::default()
+        },
+    );
+    for action in [
+        "signal",
+        "cancel",
+        "terminate",
+        "pause",
+        "resume",
+        "retry",
+        "fork",
+        "delete",
+    ] {
+        let (s, v) = call(
+            &ro,
+            "POST",
+            &format!("/api/runs/w/{action}"),
+            r#"{"name":"go"}"#,
+        )
+        .await;
         assert_eq!(s, StatusCode::FORBIDDEN, "{action}: {v}");
         assert!(message(&v).contains("read-only"), "{v}");
     }

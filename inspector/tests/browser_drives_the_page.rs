@@ -5,9 +5,9 @@
 //! `target/inspector-screenshots/`. Fails, naming the install command, when
 //! Chromium is missing.
 
-mod common;
 #[path = "common/cdp.rs"]
 mod cdp;
+mod common;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,7 +39,9 @@ async fn the_page_lists_shows_updates_and_cancels_runs() -> anyhow::Result<()> {
     }
     let f = h.start::<Failing>("charge-1", ()).await?;
     assert!(tokio::time::timeout(LIMIT, f.result()).await?.is_err());
-    let order = h.start::<Waiter>("order-1", json!({"sku": "tea", "qty": 2})).await?;
+    let order = h
+        .start::<Waiter>("order-1", json!({"sku": "tea", "qty": 2}))
+        .await?;
     let doomed = h.start::<Waiter>("order-2", json!({"sku": "jam"})).await?;
     tokio::time::timeout(LIMIT, order.wait_until_suspended()).await??;
     tokio::time::timeout(LIMIT, doomed.wait_until_suspended()).await??;
@@ -52,19 +54,33 @@ async fn the_page_lists_shows_updates_and_cancels_runs() -> anyhow::Result<()> {
         // The runs table, with counts per status.
         b.navigate(&base)?;
         b.wait_for("six runs", &format!("{} === 6", rows()))?;
-        b.wait_for("the counts", "document.querySelector('[data-status=suspended] b')?.textContent === '2'")?;
+        b.wait_for(
+            "the counts",
+            "document.querySelector('[data-status=suspended] b')?.textContent === '2'",
+        )?;
         b.screenshot(&shots.join("runs.png"))?;
         // A status filter.
         b.eval("document.querySelector('[data-status=failed]').click()")?;
-        b.wait_for("the failed run only", &format!(
-            "{} === 1 && document.querySelector('#runs tbody tr').dataset.run === 'charge-1'", rows()))?;
+        b.wait_for(
+            "the failed run only",
+            &format!(
+                "{} === 1 && document.querySelector('#runs tbody tr').dataset.run === 'charge-1'",
+                rows()
+            ),
+        )?;
         // Open a run from the table.
         b.eval("location.hash = '#/'")?;
         b.wait_for("six runs again", &format!("{} === 6", rows()))?;
         b.eval("document.querySelector('tr[data-run=\"order-1\"] a').click()")?;
-        b.wait_for("its timeline", "document.querySelector('[data-row=\"step prepare\"] .bar.step.ok') \
-            && document.querySelector('[data-row=\"wait signal go\"] .bar.open')")?;
-        b.wait_for("suspended", "document.querySelector('#status').textContent === 'suspended'")?;
+        b.wait_for(
+            "its timeline",
+            "document.querySelector('[data-row=\"step prepare\"] .bar.step.ok') \
+            && document.querySelector('[data-row=\"wait signal go\"] .bar.open')",
+        )?;
+        b.wait_for(
+            "suspended",
+            "document.querySelector('#status').textContent === 'suspended'",
+        )?;
         Ok(())
     })?;
 
@@ -72,22 +88,47 @@ async fn the_page_lists_shows_updates_and_cancels_runs() -> anyhow::Result<()> {
     order.signal("go", &json!({"paid": true}), "pay-1").await?;
     tokio::time::timeout(LIMIT, order.result()).await??;
     tokio::task::block_in_place(|| -> anyhow::Result<()> {
-        b.wait_for("the signal in the records", "document.querySelector('#events tr[data-kind=SignalReceived]')")?;
-        b.wait_for("the finish step", "document.querySelector('[data-row=\"step finish\"] .bar.step.ok')")?;
-        b.wait_for("completed", "document.querySelector('#events tr[data-kind=RunCompleted]') \
-            && document.querySelector('#status').textContent === 'completed'")?;
-        let payload = b.eval("document.querySelector('#events tr[data-kind=SignalReceived] pre').textContent")?;
-        assert!(payload.as_str().is_some_and(|p| p.contains("\"paid\": true")), "{payload}");
+        b.wait_for(
+            "the signal in the records",
+            "document.querySelector('#events tr[data-kind=SignalReceived]')",
+        )?;
+        b.wait_for(
+            "the finish step",
+            "document.querySelector('[data-row=\"step finish\"] .bar.step.ok')",
+        )?;
+        b.wait_for(
+            "completed",
+            "document.querySelector('#events tr[data-kind=RunCompleted]') \
+            && document.querySelector('#status').textContent === 'completed'",
+        )?;
+        let payload = b.eval(
+            "document.querySelector('#events tr[data-kind=SignalReceived] pre').textContent",
+        )?;
+        assert!(
+            payload
+                .as_str()
+                .is_some_and(|p| p.contains("\"paid\": true")),
+            "{payload}"
+        );
         b.screenshot(&shots.join("run.png"))?;
 
         // Cancel a run with the page's button, through its confirmation.
         b.eval("location.hash = '#/run/order-2'")?;
-        b.wait_for("the cancel button", "document.querySelector('[data-action=cancel]') \
-            && document.querySelector('#status').textContent === 'suspended'")?;
+        b.wait_for(
+            "the cancel button",
+            "document.querySelector('[data-action=cancel]') \
+            && document.querySelector('#status').textContent === 'suspended'",
+        )?;
         b.eval("document.querySelector('[data-action=cancel]').click()")?;
         assert_eq!(b.dialogs, ["cancel run order-2?"]);
-        b.wait_for("cancelled", "document.querySelector('#status').textContent === 'cancelled'")?;
-        b.wait_for("the cancel in the records", "document.querySelector('#events tr[data-kind=RunCancelled]')")?;
+        b.wait_for(
+            "cancelled",
+            "document.querySelector('#status').textContent === 'cancelled'",
+        )?;
+        b.wait_for(
+            "the cancel in the records",
+            "document.querySelector('#events tr[data-kind=RunCancelled]')",
+        )?;
         b.screenshot(&shots.join("cancelled.png"))?;
         Ok(())
     })?;

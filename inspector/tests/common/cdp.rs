@@ -79,7 +79,9 @@ impl Browser {
             .to_owned();
         let mut page_ws = None;
         for _ in 0..50 {
-            let targets: Value = ureq::get(&format!("http://{port}/json/list")).call()?.into_json()?;
+            let targets: Value = ureq::get(&format!("http://{port}/json/list"))
+                .call()?
+                .into_json()?;
             page_ws = targets
                 .as_array()
                 .and_then(|t| t.iter().find(|t| t["type"] == "page"))
@@ -118,9 +120,12 @@ impl Browser {
         loop {
             let msg = self.ws.read()?;
             let Ok(text) = msg.to_text() else { continue };
-            let Ok(v) = serde_json::from_str::<Value>(text) else { continue };
+            let Ok(v) = serde_json::from_str::<Value>(text) else {
+                continue;
+            };
             if v["method"] == "Page.javascriptDialogOpening" {
-                self.dialogs.push(v["params"]["message"].as_str().unwrap_or("").to_owned());
+                self.dialogs
+                    .push(v["params"]["message"].as_str().unwrap_or("").to_owned());
                 self.send("Page.handleJavaScriptDialog", json!({ "accept": true }))?;
             } else if v["id"] == id {
                 if let Some(e) = v.get("error") {
@@ -138,7 +143,12 @@ impl Browser {
             json!({ "expression": expr, "awaitPromise": true, "returnByValue": true }),
         )?;
         if let Some(e) = r.get("exceptionDetails") {
-            bail!("`{expr}` threw: {}", e["exception"]["description"].as_str().unwrap_or(&e.to_string()));
+            bail!(
+                "`{expr}` threw: {}",
+                e["exception"]["description"]
+                    .as_str()
+                    .unwrap_or(&e.to_string())
+            );
         }
         Ok(r["result"]["value"].clone())
     }
@@ -154,8 +164,13 @@ impl Browser {
         match self.eval(&js) {
             Ok(v) => Ok(v),
             Err(e) => {
-                let page = self.eval("document.body.innerText.slice(0, 2000)").unwrap_or_default();
-                Err(e.context(format!("waiting for {what}; the page shows:\n{}", page.as_str().unwrap_or(""))))
+                let page = self
+                    .eval("document.body.innerText.slice(0, 2000)")
+                    .unwrap_or_default();
+                Err(e.context(format!(
+                    "waiting for {what}; the page shows:\n{}",
+                    page.as_str().unwrap_or("")
+                )))
             }
         }
     }
@@ -169,7 +184,10 @@ impl Browser {
     pub fn screenshot(&mut self, path: &Path) -> anyhow::Result<()> {
         let r = self.call("Page.captureScreenshot", json!({ "format": "png" }))?;
         let data = r["data"].as_str().context("screenshot data")?;
-        std::fs::write(path, base64::engine::general_purpose::STANDARD.decode(data)?)?;
+        std::fs::write(
+            path,
+            base64::engine::general_purpose::STANDARD.decode(data)?,
+        )?;
         Ok(())
     }
 }

@@ -18,10 +18,13 @@ impl Workflow for Waiter {
     type Output = Value;
     async fn run(&self, ctx: Ctx, input: Value) -> reel::Result<Value> {
         let prepared: Value = ctx
-            .step("prepare", |_| async { Ok::<_, String>(json!({"ready": true})) })
+            .step("prepare", |_| async {
+                Ok::<_, String>(json!({"ready": true}))
+            })
             .await?;
         let go: Value = ctx.wait_for_signal("go").await?;
-        ctx.step("finish", |_| async { Ok::<_, String>(()) }).await?;
+        ctx.step("finish", |_| async { Ok::<_, String>(()) })
+            .await?;
         Ok(json!({ "input": input, "prepared": prepared, "go": go }))
     }
 }
@@ -75,12 +78,18 @@ pub async fn call(app: &Router, method: &str, uri: &str, body: &str) -> (StatusC
     let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
         .await
         .expect("body");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// The raw text of an answer (the page, a server-sent event stream).
 pub async fn text(app: &Router, uri: &str) -> (StatusCode, String) {
-    let req = Request::builder().uri(uri).body(Body::empty()).expect("request");
+    let req = Request::builder()
+        .uri(uri)
+        .body(Body::empty())
+        .expect("request");
     let res = app.clone().oneshot(req).await.expect("infallible");
     let status = res.status();
     let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
