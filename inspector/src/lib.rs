@@ -27,7 +27,7 @@
 //!
 //! | route | what |
 //! | --- | --- |
-//! | `GET /` | the web page (runs table; `#/run/ID` a run's timeline) |
+//! | `GET /` | the web page (runs table; `#/run/ID` a run's timeline); nested at `/admin` it is `GET /admin` (axum does not route `/admin/` to it) |
 //! | `GET /api/runs?status=failed,parked&workflow=&parent=&created_after=&created_before=&limit=&cursor=&order=asc\|desc` | one page of runs, `{"runs", "next"}` (`next`: the cursor of the next page) |
 //! | `GET /api/count` | `{"total", "by_status"}` |
 //! | `GET /api/runs/{id}` | the run: status, children, creation time |

@@ -115,7 +115,16 @@ async function showRun(id) {
 function schedule() {
   if (run.pending) return;
   run.pending = true;
-  requestAnimationFrame(async () => { run.pending = false; await loadInfo().catch(() => {}); render(); });
+  requestAnimationFrame(async () => {
+    run.pending = false;
+    await loadInfo().catch(() => {});
+    render();
+    // A finished run appends nothing more: stop watching it.
+    if (source && run.info && ["completed", "failed", "cancelled"].includes(run.info.status)) {
+      source.close(); source = null;
+      document.getElementById("live").textContent = "finished";
+    }
+  });
 }
 
 async function loadInfo() {
