@@ -9,11 +9,11 @@ use serde_json::json;
 
 /// A route's failure: a status and a sentence.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// The HTTP status.
-    pub status: StatusCode,
+    pub(crate) status: StatusCode,
     /// What went wrong, for a person.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl ApiError {

@@ -57,6 +57,20 @@ pub fn record_to_json(r: &Record) -> Value {
 /// An event as a JSON object: `{"kind": Event::kind(), ...its fields}`, with every
 /// payload field (input, output, signal payload, recorded value, published value,
 /// child result) decoded to a JSON value and failures as [`failure_to_json`].
+///
+/// # Examples
+///
+/// ```
+/// use reel::{Event, Payload};
+/// use serde_json::json;
+///
+/// let input = Payload(rmp_serde::to_vec_named(&json!({"sku": "tea"})).unwrap());
+/// let event = Event::RunStarted { workflow: "order".into(), version: 1, input };
+/// assert_eq!(
+///     reel_inspector::event_to_json(&event),
+///     json!({"kind": "RunStarted", "workflow": "order", "version": 1, "input": {"sku": "tea"}})
+/// );
+/// ```
 pub fn event_to_json(e: &Event) -> Value {
     let fields = match e {
         Event::RunStarted {

@@ -39,9 +39,14 @@
 //! unknown run, 409 the run's state does not allow it, 501 an operation this
 //! host's reel does not have yet.
 //!
-//! Layout: `api.rs` the routes, `ops.rs` the operating calls they make (one
-//! function per operation), `event_json.rs` records as JSON, `error.rs` the
-//! error responses, `page.rs` and `assets/` the web page.
+//! # Layout
+//!
+//! - `api.rs`: the JSON routes and the actions.
+//! - `ops.rs`: the operating calls the routes make, one function per operation
+//!   (an adapter until issue 12's operating API is merged; see its doc).
+//! - `event_json.rs`: records and events as JSON, payloads decoded.
+//! - `error.rs`: failures as status codes and messages.
+//! - `page.rs`, `assets/`: the web page (HTML, CSS, vanilla JS; no build step).
 
 pub(crate) mod api;
 mod error;
@@ -56,7 +61,6 @@ use axum::routing::{get, post};
 use reel::Host;
 
 pub use api::run_info_to_json;
-pub use error::ApiError;
 pub use event_json::{event_to_json, failure_to_json, payload_to_json, record_to_json, unix_ms};
 
 /// How the inspector behaves.
