@@ -119,8 +119,9 @@ function schedule() {
     run.pending = false;
     await loadInfo().catch(() => {});
     render();
-    // A finished run appends nothing more: stop watching it.
-    if (source && run.info && ["completed", "failed", "cancelled"].includes(run.info.status)) {
+    // A run whose end is in its log appends nothing more: stop watching it.
+    const tail = run.records[run.records.length - 1];
+    if (source && tail && ["RunCompleted", "RunFailed", "RunCancelled"].includes(tail.kind)) {
       source.close(); source = null;
       document.getElementById("live").textContent = "finished";
     }
