@@ -61,6 +61,8 @@ pub fn run_info_to_json(r: &RunInfo) -> Value {
         "error": error,
         "parent": r.parent,
         "segment": r.segment,
+        "created_at": unix_ms(r.created_at),
+        "updated_at": unix_ms(r.updated_at),
         "log": r.log.map(|l| json!({ "events": l.events, "bytes": l.bytes })),
     })
 }
@@ -131,7 +133,6 @@ pub(crate) async fn get(
     let mut v = run_info_to_json(&info);
     let children: Vec<Value> = run.children().await?.iter().map(run_info_to_json).collect();
     v["children"] = children.into();
-    v["created_at"] = ops::created_at(&s.host, &id).await?.map(unix_ms).into();
     v["read_only"] = s.opts.read_only.into();
     Ok(Json(v))
 }

@@ -27,10 +27,6 @@ impl ApiError {
     pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
-
-    pub(crate) fn not_implemented(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_IMPLEMENTED, message)
-    }
 }
 
 impl From<reel::Error> for ApiError {
@@ -41,9 +37,11 @@ impl From<reel::Error> for ApiError {
             E::InvalidState { .. } | E::RunFinished(_) | E::RunExists { .. } => {
                 StatusCode::CONFLICT
             }
-            E::ReservedName(_) | E::Codec(_) | E::WorkflowMismatch { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            E::InvalidCut { .. } => StatusCode::CONFLICT,
+            E::InvalidArgument(_)
+            | E::ReservedName(_)
+            | E::Codec(_)
+            | E::WorkflowMismatch { .. } => StatusCode::BAD_REQUEST,
             E::Shutdown | E::StoreLocked { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

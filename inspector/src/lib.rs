@@ -36,8 +36,7 @@
 //! | `POST /api/runs/{id}/{signal,cancel,terminate,pause,resume,retry,fork,delete}` | the actions; 403 in read-only mode |
 //!
 //! Errors are JSON `{"error": "..."}`: 400 malformed input, 403 read-only, 404
-//! unknown run, 409 the run's state does not allow it, 501 an operation this
-//! host's reel does not have yet.
+//! unknown run, 409 the run's state does not allow it (or a fork's cut).
 //!
 //! # Layout
 //!

@@ -40,10 +40,16 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     tokio::time::timeout(LIMIT, w2.wait_until_suspended()).await??;
     let app = router(h.clone(), InspectorOptions::default());
 
-    // Paging: three pages of two, each named by the cursor of the one before.
+    // Paging: three pages of two, each named by the cursor of the one before,
+    // together the whole listing in start order.
+    let (s, all) = call(&app, "GET", "/api/runs?limit=100&order=asc", "").await;
+    assert_eq!(s, 200, "{all}");
+    let all = ids(&all);
+    let mut sorted = all.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["f1", "q0", "q1", "q2", "w1", "w2"]);
     let (s, p1) = call(&app, "GET", "/api/runs?limit=2&order=asc", "").await;
     assert_eq!(s, 200, "{p1}");
-    assert_eq!(ids(&p1), ["f1", "q0"]);
     let next = p1["next"].as_str().expect("a next page");
     let (_, p2) = call(
         &app,
@@ -52,7 +58,6 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
         "",
     )
     .await;
-    assert_eq!(ids(&p2), ["q1", "q2"]);
     let next = p2["next"].as_str().expect("a third page");
     let (_, p3) = call(
         &app,
@@ -61,8 +66,9 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
         "",
     )
     .await;
-    assert_eq!(ids(&p3), ["w1", "w2"]);
     assert_eq!(p3["next"], Value::Null);
+    let paged: Vec<String> = [ids(&p1), ids(&p2), ids(&p3)].concat();
+    assert_eq!(paged, all);
 
     // Filters.
     let (_, f) = call(
@@ -109,12 +115,12 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     let (_, tail) = call(&app, "GET", "/api/runs/w1/records?after=0&limit=1", "").await;
     assert_eq!(tail["records"][0]["seq"], recs[1]["seq"]);
 
-    // The watch: the records as server-sent events, ids = sequence numbers.
-    let (s, sse) = text(&app, "/api/runs/w1/watch").await;
-    assert_eq!(s, 200);
-    assert!(sse.contains("event: record"), "{sse}");
-    assert!(sse.contains("\"kind\":\"RunStarted\""), "{sse}");
-    assert!(sse.contains("id: 0"), "{sse}");
+    // The watch: the records as server-sent events, ids = sequence numbers; it
+    // stays open while the run waits and ends after the record that ends it.
+    let live = tokio::spawn({
+        let app = app.clone();
+        async move { text(&app, "/api/runs/w1/watch").await }
+    });
 
     // A signal over HTTP finishes w1; its output is in the records.
     let (s, ok) = call(
@@ -126,6 +132,12 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     .await;
     assert_eq!(s, 202, "{ok}");
     tokio::time::timeout(LIMIT, w1.result()).await??;
+    let (s, sse) = tokio::time::timeout(LIMIT, live).await??;
+    assert_eq!(s, 200);
+    assert!(sse.contains("event: record"), "{sse}");
+    assert!(sse.contains("\"kind\":\"RunStarted\""), "{sse}");
+    assert!(sse.contains("id: 0"), "{sse}");
+    assert!(sse.contains("\"kind\":\"RunCompleted\""), "{sse}");
     let (_, recs) = call(&app, "GET", "/api/runs/w1/records", "").await;
     let last = recs["records"]
         .as_array()

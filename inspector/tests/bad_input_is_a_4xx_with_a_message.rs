@@ -1,6 +1,6 @@
 //! Bad input to the admin router is a 4xx with a JSON message and changes nothing:
 //! unknown runs 404, malformed JSON and queries 400, a finished run 409, actions
-//! in read-only mode 403, operations this reel does not have yet 501, and a
+//! in read-only mode 403, operations the run's state refuses 409, and a
 //! service's auth layer in front blocks every route.
 
 mod common;
@@ -99,11 +99,20 @@ async fn bad_input_answers_4xx_and_changes_nothing() -> anyhow::Result<()> {
     assert_eq!(s, StatusCode::CONFLICT, "{v}");
     assert_eq!(message(&v), "run `done` has finished");
 
-    // Operations this reel does not have yet: 501, saying so.
-    for op in ["pause", "resume", "retry", "delete"] {
-        let (s, v) = call(&app, "POST", &format!("/api/runs/w/{op}"), "").await;
-        assert_eq!(s, StatusCode::NOT_IMPLEMENTED, "{op}: {v}");
-        assert!(message(&v).contains(op), "{v}");
+    // Operations the run's state does not allow: 409, naming run and state.
+    for (op, run, state) in [
+        ("pause", "done", "completed"),
+        ("resume", "w", "suspended"),
+        ("retry", "w", "suspended"),
+        ("delete", "w", "suspended"),
+    ] {
+        let (s, v) = call(&app, "POST", &format!("/api/runs/{run}/{op}"), "").await;
+        assert_eq!(s, StatusCode::CONFLICT, "{op}: {v}");
+        assert_eq!(
+            message(&v),
+            format!("cannot {op} run `{run}`: it is {state}"),
+            "{v}"
+        );
     }
 
     // Nothing of that changed the waiting run.
