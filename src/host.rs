@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry, now_ms};
-use reel_storage::{Failure, FjallStore, MemStore, Store};
+use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry};
+use reel_storage::{Clock, Failure, FjallStore, MemStore, Store};
 
 use crate::ctx::{encode, millis};
 use crate::driver::execute;
@@ -113,6 +113,16 @@ impl HostBuilder {
             .entry(W::NAME.to_owned())
             .or_default()
             .insert(W::VERSION, Arc::new(WorkflowEngine(Arc::new(w))));
+        self
+    }
+
+    /// The clock the host reads and waits on: timers, `ctx.now()`, retry
+    /// backoffs, run deadlines and the times on records ([`SystemClock`] by
+    /// default; [`TestClock`](crate::testing::TestClock) in tests).
+    ///
+    /// [`SystemClock`]: crate::SystemClock
+    pub fn clock(mut self, c: impl Clock) -> Self {
+        self.options.clock = Arc::new(c);
         self
     }
 
@@ -340,7 +350,8 @@ impl Host {
         options: StartOptions,
     ) -> Result<RunHandle<W>> {
         let input = encode(&input)?;
-        let deadline = options.timeout.map(|t| now_ms().saturating_add(millis(t)));
+        let now = self.core().clock().now_ms();
+        let deadline = options.timeout.map(|t| now.saturating_add(millis(t)));
         self.core()
             .start(W::NAME, W::VERSION, run_id, input, None, deadline)
             .await?;

@@ -35,7 +35,8 @@
 //! - `error`: [`Error`] and [`Result`].
 //! - `step_error`: [`StepError`], a step body's error saying whether a retry can
 //!   help.
-//! - [`testing`]: replay a recorded log without a host.
+//! - [`testing`]: replay a recorded log without a host; [`testing::TestClock`], a
+//!   clock tests move by hand or that skips ahead when every run waits.
 //!
 //! # Example
 //! ```
@@ -86,7 +87,8 @@ pub use error::{Error, Result};
 pub use handle::RunHandle;
 pub use host::{Host, HostBuilder};
 pub use reel_storage::{
-    AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, Store,
+    AttemptError, Clock, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, Store,
+    SystemClock,
 };
 pub use status::{RunInfo, RunStatus, StartOptions};
 pub use step_error::StepError;

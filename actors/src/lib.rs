@@ -61,4 +61,3 @@ pub use message::ChildCall;
 pub use options::CoreOptions;
 pub use run_actor::panic_message;
 pub use services::Services;
-pub use timers::now_ms;

@@ -1,6 +1,9 @@
 //! [`CoreOptions`]: the tuning of a host's core, also read by its run actors. A leaf.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use reel_storage::{Clock, SystemClock};
 
 /// Tuning of a [`Core`](crate::Core).
 #[derive(Clone, Debug)]
@@ -23,6 +26,9 @@ pub struct CoreOptions {
     /// `tracing` warning (once per activation): every wake-up replays the whole
     /// segment, so a run that loops for ever should continue as new.
     pub long_log_events: u64,
+    /// The clock everything due reads: timers, deadlines, backoffs, the times on
+    /// records ([`SystemClock`] by default).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for CoreOptions {
@@ -34,6 +40,7 @@ impl Default for CoreOptions {
             activation_concurrency: 256,
             cancel_grace: Duration::from_secs(30),
             long_log_events: 10_000,
+            clock: Arc::new(SystemClock),
         }
     }
 }

@@ -267,7 +267,7 @@ impl FjallStore {
     fn encode(append: Append) -> Result<Encoded> {
         append.validate()?;
         // Every record of an append carries the time it was submitted.
-        let at = crate::record::now_ms();
+        let at = append.at.unwrap_or_else(crate::record::now_ms);
         let records = append
             .events
             .iter()

@@ -23,8 +23,11 @@
 //! - `mem_store`: [`MemStore`], an in-memory backend with the same contract (tests).
 //! - [`testing`]: [`FaultStore`](testing::FaultStore), a wrapper that injects faults
 //!   (for tests of the layers above).
+//! - `clock`: [`Clock`] (the time a host reads and waits on), [`SystemClock`], and
+//!   [`Activity`], a host's gauge of work in flight.
 //! - `error`: [`StorageError`].
 
+mod clock;
 mod error;
 mod event;
 mod fjall_store;
@@ -36,6 +39,7 @@ mod scan;
 mod store;
 pub mod testing;
 
+pub use clock::{Activity, Busy, Clock, Sleep, SystemClock, from_ms, to_ms};
 pub use error::StorageError;
 pub use event::{AttemptError, Event, Failure, Payload};
 pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};

@@ -54,7 +54,7 @@ impl MemStore {
                     actual,
                 });
             }
-            let at = crate::record::now_ms();
+            let at = a.at.unwrap_or_else(crate::record::now_ms);
             st.times
                 .entry(a.run_id.clone())
                 .or_default()

@@ -32,6 +32,10 @@ pub struct Append {
     /// writes still reach the OS before the answer (they survive a process kill) and
     /// become durable with the next durable write, which is ordered after them.
     pub durable: bool,
+    /// When the events were appended (ms since the epoch), stamped on their records;
+    /// `None` stamps the system clock's time of submission. A host stamps its
+    /// [`Clock`](crate::Clock)'s time, so a test clock's virtual times show in logs.
+    pub at: Option<u64>,
 }
 
 impl Append {
