@@ -12,6 +12,7 @@ use reel_storage::{Clock, Failure, FjallStore, MemStore, Store};
 
 use crate::ctx::{encode, millis};
 use crate::driver::execute;
+use crate::schedule::Scheduler;
 use crate::{Error, Result, RunHandle, RunInfo, StartOptions, Workflow, closing};
 
 struct WorkflowEngine<W: Workflow>(Arc<W>);
@@ -186,9 +187,11 @@ impl HostBuilder {
                 .map_err(|e| Error::Storage(e.to_string()))??
         };
         let core = Core::open(store, Arc::new(self.definitions), self.options).await?;
+        let scheduler = Scheduler::start(&core);
         Ok(Host {
             inner: Arc::new(HostInner {
                 core,
+                scheduler,
                 dir: dir.map(|d| closing::key(&d)),
                 shut_down: tokio::sync::OnceCell::new(),
             }),
@@ -233,6 +236,8 @@ pub struct Host {
 
 struct HostInner {
     core: Arc<Core>,
+    /// Fires the durable schedules (`Host::schedule`).
+    scheduler: Arc<Scheduler>,
     /// The fjall directory (its registry key), for a host opened by path.
     dir: Option<PathBuf>,
     /// Set once a shutdown has finished; concurrent callers wait for the first.
@@ -253,6 +258,7 @@ impl Drop for HostInner {
     /// (a bare task: it ends when the shutdown does, or is dropped with the
     /// runtime, which releases the directory's entry in the registry either way).
     fn drop(&mut self) {
+        self.scheduler.stop();
         if self.shut_down.initialized() {
             return;
         }
@@ -292,8 +298,12 @@ impl Host {
         }
     }
 
-    fn core(&self) -> &Arc<Core> {
+    pub(crate) fn core(&self) -> &Arc<Core> {
         &self.inner.core
+    }
+
+    pub(crate) fn scheduler_ref(&self) -> &Arc<Scheduler> {
+        &self.inner.scheduler
     }
 
     /// Starts a run of `W`, idempotent on `run_id`: starting an existing run of the
@@ -396,6 +406,7 @@ impl Host {
     /// None today; the signature leaves room for reporting a failed final flush.
     pub async fn shutdown(&self) -> Result<()> {
         let core = self.core();
+        self.inner.scheduler.stop();
         self.inner.shut_down.get_or_init(|| core.shutdown()).await;
         Ok(())
     }

@@ -32,6 +32,8 @@
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
+//! - `schedule`: durable schedules ([`ScheduleSpec`], `Host::schedule` and its
+//!   siblings) and the host's scheduler task.
 //! - `error`: [`Error`] and [`Result`].
 //! - `step_error`: [`StepError`], a step body's error saying whether a retry can
 //!   help.
@@ -76,6 +78,7 @@ mod handle;
 mod host;
 mod primitives;
 mod replay;
+mod schedule;
 mod slots;
 mod status;
 mod step_error;
@@ -90,6 +93,7 @@ pub use reel_storage::{
     AttemptError, Clock, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, Store,
     SystemClock,
 };
+pub use schedule::{CatchUp, Overlap, ScheduleInfo, ScheduleSpec};
 pub use status::{RunInfo, RunStatus, StartOptions};
 pub use step_error::StepError;
 pub use uuid::Uuid;

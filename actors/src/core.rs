@@ -248,6 +248,28 @@ impl Core {
             .is_some_and(|a| a.is_alive())
     }
 
+    /// Whether `workflow` at `version` is registered.
+    ///
+    /// # Errors
+    /// [`ActorError::NotRegistered`] with the reason.
+    pub fn check_registered(&self, workflow: &str, version: u32) -> Result<(), ActorError> {
+        self.registry
+            .lookup(workflow, version)
+            .map(|_| ())
+            .map_err(ActorError::NotRegistered)
+    }
+
+    /// Marks work in flight on the host's activity gauge (see
+    /// [`Clock::watch`](reel_storage::Clock::watch)) until the guard is dropped.
+    pub fn busy(&self) -> reel_storage::Busy {
+        self.activity.enter()
+    }
+
+    /// The host's store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     /// The host's clock.
     pub fn clock(&self) -> &Arc<dyn reel_storage::Clock> {
         &self.options.clock

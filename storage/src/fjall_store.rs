@@ -3,7 +3,8 @@
 //! Keyspaces: `log` (run id, NUL, big-endian sequence → event), `runs` (run id →
 //! [`RunMeta`]), `active` (run id → [`RunMeta`] of unfinished runs only, so recovery
 //! never reads finished runs), `timers` (big-endian due time, run id, NUL, timer id →
-//! empty) and `reel` (format version).
+//! empty), `schedules` (schedule id → [`ScheduleRecord`](crate::ScheduleRecord),
+//! created on open of an older store) and `reel` (format version).
 //!
 //! fjall's journal holds one mutex across write and fsync, so concurrent committers
 //! would each pay an fsync. Instead every append goes through a channel to one
@@ -44,6 +45,8 @@ pub const FORMAT_VERSION: &str = "reel-log/5";
 /// misread), and sequential handlers resume as they were.
 const UPGRADABLE_FORMATS: [&str; 4] = ["reel-log/1", "reel-log/2", "reel-log/3", "reel-log/4"];
 
+mod schedules;
+
 const MAX_BATCH: usize = 8192;
 /// Runs whose next sequence number is cached; a miss costs one reverse key lookup.
 const SEQ_CACHE_LIMIT: usize = 16_384;
@@ -76,6 +79,7 @@ struct Keyspaces {
     runs: Keyspace,
     active: Keyspace,
     timers: Keyspace,
+    schedules: Keyspace,
 }
 
 struct Request {
@@ -118,6 +122,7 @@ fn open_keyspaces(path: &Path, options: &StoreOptions) -> Result<(Database, Keys
         runs: ks("runs")?,
         active: ks("active")?,
         timers: ks("timers")?,
+        schedules: ks("schedules")?,
         db: db.clone(),
     };
     let format = ks("reel")?;

@@ -20,6 +20,7 @@
 //!   ([`encode_timer_key`], [`decode_timer_key`]).
 //! - `scan`: [`Scan`] and [`CorruptRecord`]: scans return the good records and report
 //!   the damaged ones, so one bad record harms one run.
+//! - `schedule`: [`ScheduleRecord`] and [`ScheduleStore`], durable schedules.
 //! - `mem_store`: [`MemStore`], an in-memory backend with the same contract (tests).
 //! - [`testing`]: [`FaultStore`](testing::FaultStore), a wrapper that injects faults
 //!   (for tests of the layers above).
@@ -35,6 +36,7 @@ mod keys;
 mod mem_store;
 mod meta;
 mod record;
+mod schedule;
 mod scan;
 mod store;
 pub mod testing;
@@ -47,6 +49,7 @@ pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;
 pub use meta::{ParentLink, RunMeta, RunState, TimerEntry};
 pub use record::Record;
+pub use schedule::{ScheduleRecord, ScheduleStore};
 pub use scan::{CorruptRecord, Scan};
 pub use store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,

@@ -206,7 +206,9 @@ pub trait TimerReader: Send + Sync {
 }
 
 /// A complete backend: what the actors layer needs.
-pub trait Store: LogWriter + LogReader + MetaReader + TimerReader + 'static {
+pub trait Store:
+    LogWriter + LogReader + MetaReader + TimerReader + crate::ScheduleStore + 'static
+{
     /// Stops accepting writes, waits for queued ones and releases the store (its
     /// directory can be opened again afterwards). Idempotent.
     fn close(&self);
