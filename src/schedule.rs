@@ -301,8 +301,7 @@ impl Host {
             .map(|r| {
                 Ok(ScheduleInfo {
                     spec: ScheduleSpec::decode(&r.spec)?,
-                    next_fire: (!r.paused && r.next_fire != u64::MAX)
-                        .then(|| from_ms(r.next_fire)),
+                    next_fire: (!r.paused && r.next_fire != u64::MAX).then(|| from_ms(r.next_fire)),
                     id: r.id,
                     workflow: r.workflow,
                     paused: r.paused,

@@ -13,9 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::within;
 use reel::testing::TestClock;
-use reel::{
-    CatchUp, Ctx, Error, Host, Overlap, RunStatus, ScheduleInfo, ScheduleSpec, Workflow,
-};
+use reel::{CatchUp, Ctx, Error, Host, Overlap, RunStatus, ScheduleInfo, ScheduleSpec, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(20);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -78,14 +76,18 @@ async fn info(host: &Host, id: &str) -> anyhow::Result<ScheduleInfo> {
 /// schedule `id` (its next fire time is past them).
 async fn until_handled(host: &Host, id: &str, hours: u64) -> anyhow::Result<()> {
     let next = UNIX_EPOCH + Duration::from_millis(T0_MS + (hours + 1) * HOUR_MS);
-    within(LIMIT, &format!("schedule `{id}` past hour {hours}"), async {
-        loop {
-            if info(host, id).await?.next_fire >= Some(next) {
-                return anyhow::Ok(());
+    within(
+        LIMIT,
+        &format!("schedule `{id}` past hour {hours}"),
+        async {
+            loop {
+                if info(host, id).await?.next_fire >= Some(next) {
+                    return anyhow::Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
+        },
+    )
     .await?
 }
 
@@ -218,7 +220,8 @@ async fn overlapping_firings_follow_the_overlap_policy() -> anyhow::Result<()> {
     let clock = TestClock::new(t0());
     let host = open(&dir.path().join("store"), &clock).await?;
     let every = |o| ScheduleSpec::every(HOUR).overlap(o);
-    host.schedule::<Hold>("skip", every(Overlap::Skip), ()).await?;
+    host.schedule::<Hold>("skip", every(Overlap::Skip), ())
+        .await?;
     host.schedule::<Hold>("buffer", every(Overlap::BufferOne), ())
         .await?;
     host.schedule::<Hold>("allow", every(Overlap::AllowAll), ())
@@ -378,7 +381,10 @@ async fn bad_schedules_are_typed_errors_that_store_nothing() -> anyhow::Result<(
         .schedule::<Stray>("stray", ScheduleSpec::every(HOUR), ())
         .await
         .expect_err("not registered");
-    assert!(matches!(err, Error::UnknownWorkflow(ref w) if w == "stray"), "{err}");
+    assert!(
+        matches!(err, Error::UnknownWorkflow(ref w) if w == "stray"),
+        "{err}"
+    );
     assert!(host.schedules().await?.is_empty(), "nothing stored");
 
     host.schedule::<Nightly>("once", ScheduleSpec::every(HOUR), 1)
@@ -387,7 +393,10 @@ async fn bad_schedules_are_typed_errors_that_store_nothing() -> anyhow::Result<(
         .schedule::<Nightly>("once", ScheduleSpec::every(2 * HOUR), 2)
         .await
         .expect_err("exists");
-    assert!(matches!(err, Error::ScheduleExists(ref id) if id == "once"), "{err}");
+    assert!(
+        matches!(err, Error::ScheduleExists(ref id) if id == "once"),
+        "{err}"
+    );
     assert_eq!(info(&host, "once").await?.next_fire, Some(t0() + HOUR));
     assert!(matches!(
         host.pause_schedule("nope").await,

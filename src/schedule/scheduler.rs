@@ -252,9 +252,8 @@ impl Firing<'_> {
     async fn running(&self, run: Option<&str>) -> Result<bool> {
         let Some(run) = run else { return Ok(false) };
         let meta = self.core.meta(run).await?;
-        Ok(meta.is_some_and(|m| {
-            !m.state.is_finished() && !matches!(m.state, RunState::Parked { .. })
-        }))
+        Ok(meta
+            .is_some_and(|m| !m.state.is_finished() && !matches!(m.state, RunState::Parked { .. })))
     }
 
     /// Starts the firing at `at` (idempotent on its run id) and makes it the last

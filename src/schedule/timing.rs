@@ -57,7 +57,9 @@ impl Timing {
         match self {
             Timing::Every(every) => (ms / every).checked_add(1)?.checked_mul(*every),
             Timing::Cron(cron, tz) => {
-                let next = cron.find_next_occurrence(&Timing::at(*tz, ms)?, false).ok()?;
+                let next = cron
+                    .find_next_occurrence(&Timing::at(*tz, ms)?, false)
+                    .ok()?;
                 Timing::ms(&next)
             }
         }

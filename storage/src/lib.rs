@@ -36,8 +36,8 @@ mod keys;
 mod mem_store;
 mod meta;
 mod record;
-mod schedule;
 mod scan;
+mod schedule;
 mod store;
 pub mod testing;
 
@@ -49,8 +49,8 @@ pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;
 pub use meta::{ParentLink, RunMeta, RunState, TimerEntry};
 pub use record::Record;
-pub use schedule::{ScheduleRecord, ScheduleStore};
 pub use scan::{CorruptRecord, Scan};
+pub use schedule::{ScheduleRecord, ScheduleStore};
 pub use store::{
     Append, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket, TimerReader,
 };

@@ -36,7 +36,10 @@ impl ScheduleStore for FjallStore {
         let mut out = Vec::new();
         for kv in ks.schedules.iter() {
             let (key, value) = kv.into_inner()?;
-            out.push(ScheduleRecord::decode(&String::from_utf8_lossy(&key), &value)?);
+            out.push(ScheduleRecord::decode(
+                &String::from_utf8_lossy(&key),
+                &value,
+            )?);
         }
         Ok(out)
     }
