@@ -117,9 +117,20 @@ impl Message<AddTimers> for TimerService {
 impl Message<RemoveTimers> for TimerService {
     type Reply = ();
 
-    async fn handle(&mut self, msg: RemoveTimers, _: &mut Context<Self, ()>) {
+    async fn handle(&mut self, msg: RemoveTimers, ctx: &mut Context<Self, ()>) {
         for t in &msg.0 {
             self.pending.remove(t);
+        }
+        // Armed for a timer no longer pending: re-arm for the next one, so nothing
+        // waits on the clock for a timer that will never fire (a test clock that
+        // skips ahead would otherwise jump to its due time for nothing).
+        let next = self.pending.first().map(|t| t.fire_at);
+        if let Some((armed_at, task)) = &self.armed
+            && next.is_none_or(|n| n > *armed_at)
+        {
+            task.abort();
+            self.armed = None;
+            self.arm(ctx.actor_ref());
         }
     }
 }
