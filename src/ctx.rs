@@ -322,6 +322,15 @@ impl Ctx {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Milliseconds since the epoch on the host's clock (the system clock when
+    /// only replaying).
+    pub(crate) fn now_ms(&self) -> u64 {
+        match &self.inner.journal {
+            Some(journal) => journal.now_ms(),
+            None => reel_storage::Clock::now_ms(&reel_storage::SystemClock),
+        }
+    }
+
     /// Whether this execution records (a live run) or only replays (`reel::testing`).
     pub(crate) fn live(&self) -> bool {
         self.inner.journal.is_some()

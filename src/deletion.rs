@@ -32,7 +32,8 @@ impl Host {
     /// # Errors
     /// [`Error::Storage`](crate::Error::Storage), [`Error::Shutdown`](crate::Error::Shutdown).
     pub async fn enforce_retention(&self) -> Result<usize> {
-        Ok(self.core().enforce_retention(reel_actors::now_ms()).await?)
+        let now = self.core().clock().now_ms();
+        Ok(self.core().enforce_retention(now).await?)
     }
 
     /// Gives the disk space of deleted runs back now: the store flushes and

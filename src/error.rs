@@ -162,6 +162,21 @@ pub enum Error {
         /// The runs, each waiting on the next: the caller first and last.
         cycle: Vec<String>,
     },
+    /// A schedule's id or spec is not usable (an invalid cron expression, an
+    /// unknown time zone, a zero interval, an empty id); nothing was stored.
+    #[error("invalid schedule `{id}`: {reason}")]
+    InvalidSchedule {
+        /// The schedule id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A schedule with this id exists already; nothing was changed.
+    #[error("schedule `{0}` exists already")]
+    ScheduleExists(String),
+    /// No schedule has this id.
+    #[error("unknown schedule `{0}`")]
+    UnknownSchedule(String),
 }
 
 impl Error {

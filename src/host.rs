@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry, now_ms};
-use reel_storage::{Failure, FjallStore, MemStore, Store};
+use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry};
+use reel_storage::{Clock, Failure, FjallStore, MemStore, Store};
 
 use crate::ctx::{encode, millis};
 use crate::driver::execute;
+use crate::schedule::Scheduler;
 use crate::{AnyRun, Error, Result, RunHandle, RunInfo, StartOptions, Workflow, closing};
 
 struct WorkflowEngine<W: Workflow>(Arc<W>);
@@ -115,6 +116,16 @@ impl HostBuilder {
         self
     }
 
+    /// The clock the host reads and waits on: timers, `ctx.now()`, retry
+    /// backoffs, run deadlines and the times on records ([`SystemClock`] by
+    /// default; [`TestClock`](crate::testing::TestClock) in tests).
+    ///
+    /// [`SystemClock`]: crate::SystemClock
+    pub fn clock(mut self, c: impl Clock) -> Self {
+        self.options.clock = Arc::new(c);
+        self
+    }
+
     /// How long a suspended run keeps its actor and decoded log before it is
     /// passivated (default 10 s). Passivated runs cost only their index entries.
     pub fn passivate_after(mut self, d: Duration) -> Self {
@@ -186,9 +197,11 @@ impl HostBuilder {
                 .map_err(|e| Error::Storage(e.to_string()))??
         };
         let core = Core::open(store, Arc::new(self.definitions), self.options).await?;
+        let scheduler = Scheduler::start(&core);
         Ok(Host {
             inner: Arc::new(HostInner {
                 core,
+                scheduler,
                 dir: dir.map(|d| closing::key(&d)),
                 shut_down: tokio::sync::OnceCell::new(),
             }),
@@ -233,6 +246,8 @@ pub struct Host {
 
 struct HostInner {
     core: Arc<Core>,
+    /// Fires the durable schedules (`Host::schedule`).
+    scheduler: Arc<Scheduler>,
     /// The fjall directory (its registry key), for a host opened by path.
     dir: Option<PathBuf>,
     /// Set once a shutdown has finished; concurrent callers wait for the first.
@@ -253,6 +268,7 @@ impl Drop for HostInner {
     /// (a bare task: it ends when the shutdown does, or is dropped with the
     /// runtime, which releases the directory's entry in the registry either way).
     fn drop(&mut self) {
+        self.scheduler.stop();
         if self.shut_down.initialized() {
             return;
         }
@@ -294,6 +310,10 @@ impl Host {
 
     pub(crate) fn core(&self) -> &Arc<Core> {
         &self.inner.core
+    }
+
+    pub(crate) fn scheduler_ref(&self) -> &Arc<Scheduler> {
+        &self.inner.scheduler
     }
 
     /// Starts a run of `W`, idempotent on `run_id`: starting an existing run of the
@@ -350,7 +370,8 @@ impl Host {
         options: StartOptions,
     ) -> Result<RunHandle<W>> {
         let input = encode(&input)?;
-        let deadline = options.timeout.map(|t| now_ms().saturating_add(millis(t)));
+        let now = self.core().clock().now_ms();
+        let deadline = options.timeout.map(|t| now.saturating_add(millis(t)));
         self.core()
             .start(W::NAME, W::VERSION, run_id, input, None, deadline)
             .await?;
@@ -397,6 +418,7 @@ impl Host {
     /// None today; the signature leaves room for reporting a failed final flush.
     pub async fn shutdown(&self) -> Result<()> {
         let core = self.core();
+        self.inner.scheduler.stop();
         self.inner.shut_down.get_or_init(|| core.shutdown()).await;
         Ok(())
     }

@@ -42,10 +42,13 @@
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
+//! - `schedule`: durable schedules ([`ScheduleSpec`], `Host::schedule` and its
+//!   siblings) and the host's scheduler task.
 //! - `error`: [`Error`] and [`Result`].
 //! - `step_error`: [`StepError`], a step body's error saying whether a retry can
 //!   help.
-//! - [`testing`]: replay a recorded log without a host.
+//! - [`testing`]: replay a recorded log without a host; [`testing::TestClock`], a
+//!   clock tests move by hand or that skips ahead when every run waits.
 //!
 //! # Example
 //! ```
@@ -89,6 +92,7 @@ mod listing;
 mod operate;
 mod primitives;
 mod replay;
+mod schedule;
 mod slots;
 mod status;
 mod step_error;
@@ -104,8 +108,10 @@ pub use host::{Host, HostBuilder};
 pub use listing::{Cursor, Page, RunFilter};
 pub use reel_actors::Retention;
 pub use reel_storage::{
-    AttemptError, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record, StatusKind, Store,
+    AttemptError, Clock, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record,
+    StatusKind, Store, SystemClock,
 };
+pub use schedule::{CatchUp, Overlap, ScheduleInfo, ScheduleSpec};
 pub use status::{RunInfo, RunStatus, StartOptions};
 pub use step_error::StepError;
 pub use uuid::Uuid;

@@ -23,6 +23,9 @@
 
 use std::sync::Arc;
 
+mod clock;
+pub use clock::TestClock;
+
 use futures::StreamExt;
 use reel_actors::Outcome;
 use reel_storage::Event;

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{Gate, within};
+use reel::testing::TestClock;
 use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(3);
@@ -55,8 +56,10 @@ impl Workflow for CancelMe {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_while_a_step_body_runs_ends_the_run_for_good() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
+    let clock = TestClock::new(std::time::SystemTime::now());
     let host = Host::builder()
         .path(dir.path())
+        .clock(clock.clone())
         .register(CancelMe)
         .build()
         .await?;
@@ -68,8 +71,15 @@ async fn cancel_while_a_step_body_runs_ends_the_run_for_good() -> anyhow::Result
     // completion); if it was dropped with the handler, it never ends.
     BODY_RELEASE.open();
     let _ = tokio::time::timeout(Duration::from_millis(300), BODY_ENDED.wait()).await;
-    // Past the due time of the sleep the run had pending.
-    tokio::time::sleep(Duration::from_millis(NAP_MS + 150)).await;
+    // The sleep the run had pending is waited on by nothing any more (the timer
+    // service dropped it), and its due time passes.
+    within(LIMIT, "the cancelled sleep to be dropped", async {
+        while clock.next_due().is_some() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await?;
+    clock.advance(Duration::from_millis(NAP_MS + 150));
 
     assert_eq!(run.status().await?, RunStatus::Cancelled);
     let out = within(LIMIT, "the cancelled run's result", run.result()).await?;

@@ -16,14 +16,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use reel::testing::TestClock;
 use reel::{Ctx, Event, Host, RetryPolicy, Workflow};
 
 const BACKOFF: Duration = Duration::from_secs(1);
 /// Handler code between two ctx calls that takes this long (it stands for a long
 /// log or a busy machine): every replay spends it too.
 const SLOW_CODE: Duration = Duration::from_millis(300);
-/// How long before the backoff is due the run is woken.
-const LEAD: Duration = Duration::from_millis(150);
 
 struct Flaky;
 
@@ -57,8 +56,11 @@ impl Workflow for Flaky {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_timer_during_replay_is_not_lost() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
+    // The backoff comes due only when the test moves this clock.
+    let clock = TestClock::new(SystemTime::now());
     let host = Host::builder()
         .path(dir.path())
+        .clock(clock.clone())
         .passivate_after(Duration::from_millis(20))
         .register(Flaky)
         .build()
@@ -81,15 +83,10 @@ async fn retry_timer_during_replay_is_not_lost() -> anyhow::Result<()> {
             _ => None,
         })
         .ok_or_else(|| anyhow::anyhow!("no StepFailed"))?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
-    let lead = LEAD.as_millis() as u64;
-    anyhow::ensure!(
-        retry_at > now + lead,
-        "too late to wake the run before its backoff"
-    );
-    tokio::time::sleep(Duration::from_millis(retry_at - now - lead)).await;
-    // Woken `LEAD` before the backoff is due, the run replays for `SLOW_CODE`.
+    // Woken before the backoff is due, the run replays for `SLOW_CODE`; the backoff
+    // comes due during that replay.
     run.signal("go", &7u32, "go-1").await?;
+    clock.set(UNIX_EPOCH + Duration::from_millis(retry_at));
     let out = tokio::time::timeout(Duration::from_secs(5), run.result()).await;
     let Ok(out) = out else {
         anyhow::bail!(

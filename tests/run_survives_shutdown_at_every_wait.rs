@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::Counter;
+use reel::testing::TestClock;
 use reel::{Ctx, Host, RetryPolicy, RunStatus, Workflow};
 
 #[derive(Clone)]
@@ -74,9 +75,10 @@ impl Workflow for Journey {
     }
 }
 
-async fn open(dir: &std::path::Path, j: &Journey) -> reel::Result<Host> {
+async fn open(dir: &std::path::Path, j: &Journey, clock: &TestClock) -> reel::Result<Host> {
     Host::builder()
         .path(dir)
+        .clock(clock.clone())
         .register(j.clone())
         .register(Child)
         .build()
@@ -90,9 +92,11 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
         steps: Counter::default(),
         flaky: Counter::default(),
     };
+    // The run's 30-40 ms timers come due only when the test moves this clock.
+    let clock = TestClock::new(std::time::SystemTime::now());
 
     // Wait 1: the durable sleep. Shut down while it is pending.
-    let host = open(dir.path(), &j).await?;
+    let host = open(dir.path(), &j, &clock).await?;
     let run = host.start::<Journey>("j", ()).await?;
     let s = run.wait_until_suspended().await?;
     assert!(
@@ -103,8 +107,8 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
 
     // The timer comes due while the host is down (simulated downtime); it fires at
     // once on restart, and the run moves on to wait for `sig`.
-    downtime().await;
-    let host = open(dir.path(), &j).await?;
+    downtime(&clock);
+    let host = open(dir.path(), &j, &clock).await?;
     let run = host.handle::<Journey>("j");
     let s = run.wait_until_suspended().await?;
     assert!(
@@ -114,7 +118,7 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     host.shutdown().await?;
 
     // Wait 2: a signal, delivered to a fresh host. Wait 3: the approval.
-    let host = open(dir.path(), &j).await?;
+    let host = open(dir.path(), &j, &clock).await?;
     let run = host.handle::<Journey>("j");
     run.signal("sig", "hello", "s-1").await?;
     let s = run.wait_until_suspended().await?;
@@ -125,7 +129,7 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     host.shutdown().await?;
 
     // Wait 4: a timed wait whose deadline passes while the host is down.
-    let host = open(dir.path(), &j).await?;
+    let host = open(dir.path(), &j, &clock).await?;
     let run = host.handle::<Journey>("j");
     run.approve("boss", true, None).await?;
     let s = run.wait_until_suspended().await?;
@@ -134,20 +138,20 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
         "{s:?}"
     );
     host.shutdown().await?;
-    downtime().await;
+    downtime(&clock);
 
     // Wait 5: the backoff timer of a failed attempt, due while down.
-    let host = open(dir.path(), &j).await?;
+    let host = open(dir.path(), &j, &clock).await?;
     let s = host.handle::<Journey>("j").wait_until_suspended().await?;
     assert!(
         matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("retry of step `flaky`")),
         "{s:?}"
     );
     host.shutdown().await?;
-    downtime().await;
+    downtime(&clock);
 
     // Wait 6: the child run, itself waiting for a signal.
-    let host = open(dir.path(), &j).await?;
+    let host = open(dir.path(), &j, &clock).await?;
     let s = host.handle::<Journey>("j").wait_until_suspended().await?;
     assert!(
         matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("child run")),
@@ -157,7 +161,7 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     child.wait_until_suspended().await?;
     host.shutdown().await?;
 
-    let host = open(dir.path(), &j).await?;
+    let host = open(dir.path(), &j, &clock).await?;
     host.handle::<Child>("journey-child")
         .signal("go", &5u32, "go-1")
         .await?;
@@ -170,6 +174,6 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
 }
 
 /// Time passing while no host runs, so that the run's 30-40 ms timers come due.
-async fn downtime() {
-    tokio::time::sleep(Duration::from_millis(50)).await;
+fn downtime(clock: &TestClock) {
+    clock.advance(Duration::from_secs(60));
 }

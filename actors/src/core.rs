@@ -36,7 +36,7 @@ use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::run_actor::{RunActor, RunArgs};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
-use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService, now_ms};
+use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService};
 use crate::waiters::{PruneOnDrop, Waiters};
 
 mod activation;
@@ -101,6 +101,9 @@ pub struct Core {
     /// that ended late but started early cannot keep a pass from the ones after.
     retention_cursors: Mutex<HashMap<reel_storage::StatusKind, reel_storage::listing::ListCursor>>,
     closing: AtomicBool,
+    /// Work in flight (busy executions, deliveries, firing timers), watched by a
+    /// clock that moves when the host is idle.
+    pub(crate) activity: Arc<reel_storage::Activity>,
     me: Weak<Core>,
 }
 
@@ -148,7 +151,7 @@ impl Core {
             .lookup(workflow, version)
             .map_err(ActorError::NotRegistered)?;
         // No read first: the compare-and-set on sequence 0 is the existence check.
-        let now = now_ms();
+        let now = self.options.clock.now_ms();
         let meta = RunMeta {
             run_id: run_id.to_owned(),
             workflow: workflow.to_owned(),
@@ -175,6 +178,7 @@ impl Core {
         let (meta_copy, events_copy) = (meta.clone(), events.clone());
         // The permit for the activation is taken before the write, so a caller that
         // stops waiting can no longer leave a written run without its activation.
+        let busy = self.activity.enter();
         let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
         let permit = self
             .new_runs
@@ -191,6 +195,7 @@ impl Core {
                 meta: Some(meta),
                 add_timers: add_timers.clone(),
                 durable: true,
+                at: Some(now),
                 ..Append::default()
             })
             .await;
@@ -221,6 +226,7 @@ impl Core {
         let id = run_id.to_owned();
         tokio::spawn(async move {
             let _permit = permit;
+            let _busy = busy;
             let preload = Some((meta_copy, events_copy));
             match core.deliver_with(&id, Resume, preload).await {
                 Ok(()) | Err(ActorError::Shutdown) => {}
@@ -250,6 +256,33 @@ impl Core {
             .get(run_id)
             .and_then(|cell| cell.get())
             .is_some_and(|a| a.is_alive())
+    }
+
+    /// Whether `workflow` at `version` is registered.
+    ///
+    /// # Errors
+    /// [`ActorError::NotRegistered`] with the reason.
+    pub fn check_registered(&self, workflow: &str, version: u32) -> Result<(), ActorError> {
+        self.registry
+            .lookup(workflow, version)
+            .map(|_| ())
+            .map_err(ActorError::NotRegistered)
+    }
+
+    /// Marks work in flight on the host's activity gauge (see
+    /// [`Clock::watch`](reel_storage::Clock::watch)) until the guard is dropped.
+    pub fn busy(&self) -> reel_storage::Busy {
+        self.activity.enter()
+    }
+
+    /// The host's store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The host's clock.
+    pub fn clock(&self) -> &Arc<dyn reel_storage::Clock> {
+        &self.options.clock
     }
 
     /// Number of runs with a live actor (not passivated).
@@ -451,7 +484,8 @@ impl Core {
     }
 
     pub(crate) fn schedule_timers(&self, timers: Vec<TimerEntry>) {
-        let _ = self.timers.tell(AddTimers(timers)).try_send();
+        let busy = self.activity.enter();
+        let _ = self.timers.tell(AddTimers(timers, busy)).try_send();
     }
 
     /// Forgets timers removed from the index, so they never wake their run.

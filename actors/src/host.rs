@@ -30,6 +30,8 @@ pub(crate) trait RunHost: Send + Sync + 'static {
 
     // ---- the timer service and supervisors ----
 
+    /// Marks work in flight (a busy execution) until the guard is dropped.
+    fn busy(&self) -> reel_storage::Busy;
     /// A timer came due: wake its run.
     fn fire_timer(&self, timer: TimerEntry);
     /// A run actor stopped for good (normally, or crashing past its restart limit).

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
-use reel_storage::{Append, Event, RunMeta, StorageError, Store, Ticket, TimerEntry};
+use reel_storage::{Append, Clock, Event, RunMeta, StorageError, Store, Ticket, TimerEntry};
 use tokio::sync::oneshot;
 
 use crate::host::RunHost;
@@ -34,6 +34,8 @@ struct Shared {
     /// journal counts positions within the segment, the store sequence numbers.
     base: u64,
     store: Arc<dyn Store>,
+    /// The host's clock: the time stamped on records.
+    clock: Arc<dyn Clock>,
     host: Weak<dyn RunHost>,
     state: Mutex<State>,
 }
@@ -177,9 +179,20 @@ impl Future for Landing {
 }
 
 impl Journal {
+    /// The host's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.0.clock
+    }
+
+    /// Milliseconds since the epoch on the host's clock.
+    pub fn now_ms(&self) -> u64 {
+        self.0.clock.now_ms()
+    }
+
     pub(crate) fn new(
         run_id: Arc<str>,
         store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
         host: Weak<dyn RunHost>,
         history: Vec<Event>,
         base: u64,
@@ -190,6 +203,7 @@ impl Journal {
             run_id,
             base,
             store,
+            clock,
             host,
             state: Mutex::new(State {
                 next_seq: len,
@@ -274,6 +288,7 @@ impl Journal {
                 expected_seq: Some(self.0.base + held.from),
                 events: held.events,
                 durable: false,
+                at: Some(self.0.clock.now_ms()),
                 ..Append::default()
             });
             (ticket, held.waiters)
@@ -366,6 +381,7 @@ impl Journal {
             let expected_seq = (!all.is_empty()).then_some(self.0.base + from);
             let removed = remove_timers.clone();
             let ticket = self.0.store.submit(Append {
+                at: Some(self.0.clock.now_ms()),
                 run_id: self.0.run_id.to_string(),
                 expected_seq,
                 events: all,

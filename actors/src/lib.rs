@@ -67,4 +67,3 @@ pub use options::CoreOptions;
 pub use retention::Retention;
 pub use run_actor::panic_message;
 pub use services::Services;
-pub use timers::now_ms;

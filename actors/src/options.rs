@@ -1,8 +1,10 @@
 //! [`CoreOptions`]: the tuning of a host's core, also read by its run actors. A leaf.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::retention::Retention;
+use reel_storage::{Clock, SystemClock};
 
 /// Tuning of a [`Core`](crate::Core).
 #[derive(Clone, Debug)]
@@ -27,6 +29,9 @@ pub struct CoreOptions {
     pub long_log_events: u64,
     /// How long finished runs are kept (for ever by default).
     pub retention: Retention,
+    /// The clock everything due reads: timers, deadlines, backoffs, the times on
+    /// records ([`SystemClock`] by default).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for CoreOptions {
@@ -39,6 +44,7 @@ impl Default for CoreOptions {
             cancel_grace: Duration::from_secs(30),
             long_log_events: 10_000,
             retention: Retention::default(),
+            clock: Arc::new(SystemClock),
         }
     }
 }

@@ -30,7 +30,6 @@ use crate::message::{Delivery, Resume, StopRun};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::services::Services;
-use crate::timers::now_ms;
 
 mod cancel;
 mod delivery;
@@ -70,6 +69,8 @@ pub(crate) struct RunActor {
     retired: bool,
     /// The segment's length has been warned about (`CoreOptions::long_log_events`).
     log_warned: bool,
+    /// Held while the execution runs and does not only wait (see [`RunActor::track`]).
+    busy: Option<reel_storage::Busy>,
 }
 
 /// An outcome reported by the execution task: a suspension (the execution stays
@@ -131,6 +132,7 @@ impl Actor for RunActor {
         let journal = Journal::new(
             args.run_id.clone(),
             args.store.clone(),
+            args.options.clock.clone(),
             Arc::downgrade(&host),
             log,
             meta.segment_start,
@@ -155,6 +157,7 @@ impl Actor for RunActor {
             idle_generation: 0,
             retired: false,
             log_warned: false,
+            busy: None,
         })
     }
 
@@ -187,6 +190,19 @@ impl RunActor {
         }
         self.suspended = false;
         self.generation += 1;
+        self.busy = None;
+    }
+
+    /// Counts the run as work in flight on the host's activity gauge while its
+    /// execution runs and does not only wait, so a clock that skips ahead when
+    /// the host is idle never skips past a running step.
+    fn track(&mut self) {
+        let busy = self.exec.is_some() && !self.suspended && !self.retired;
+        if !busy {
+            self.busy = None;
+        } else if self.busy.is_none() {
+            self.busy = Some(self.host.busy());
+        }
     }
 
     fn check_usable(&self) -> Result<(), ActorError> {
@@ -273,7 +289,7 @@ impl RunActor {
     fn meta_with(&self, state: RunState) -> RunMeta {
         RunMeta {
             state,
-            updated_at: now_ms(),
+            updated_at: self.options.clock.now_ms(),
             ..self.meta.clone()
         }
     }
@@ -409,6 +425,7 @@ impl Message<Resume> for RunActor {
         let me = ctx.actor_ref().clone();
         self.begin(&me, true).await;
         self.settle(&me);
+        self.track();
         Ok(())
     }
 }
@@ -429,6 +446,7 @@ impl Message<Delivery> for RunActor {
         } else if !self.retired {
             self.settle(ctx.actor_ref());
         }
+        self.track();
         result
     }
 }
@@ -542,6 +560,7 @@ impl Message<ExecReport> for RunActor {
             self.host.record_crash(&self.run_id, e.to_string());
             panic!("reel: run `{}` could not record its end: {e}", self.run_id);
         }
+        self.track();
     }
 }
 

@@ -7,32 +7,26 @@
 //! for a timer it has neither fired nor cancelled.
 
 use std::collections::BTreeSet;
-use std::sync::Weak;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use kameo::actor::{Actor, ActorRef};
 use kameo::error::Infallible;
 use kameo::message::{Context, Message};
-use reel_storage::TimerEntry;
+use reel_storage::{Activity, Busy, Clock, TimerEntry, from_ms};
 use tokio::task::JoinHandle;
 
 use crate::host::RunHost;
-
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// The longest single sleep of the service (a day).
-const MAX_ARM_MS: u64 = 24 * 60 * 60 * 1000;
 
 pub(crate) struct TimerArgs {
     pub(crate) host: Weak<dyn RunHost>,
     /// The due-time index as read by recovery (read once, used twice).
     pub(crate) timers: Vec<TimerEntry>,
+    /// The host's clock: the service waits on it.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// The host's gauge of work in flight: a timer coming due is work from the
+    /// moment the clock reaches it until its deliveries are under way.
+    pub(crate) activity: Arc<Activity>,
 }
 
 pub(crate) struct TimerService {
@@ -40,11 +34,17 @@ pub(crate) struct TimerService {
     /// Pending timers in due-time order (a set, so removal is cheap).
     pending: BTreeSet<TimerEntry>,
     armed: Option<(u64, JoinHandle<()>)>,
+    clock: Arc<dyn Clock>,
+    activity: Arc<Activity>,
 }
 
-pub(crate) struct AddTimers(pub(crate) Vec<TimerEntry>);
+/// New timers; the guard counts the host busy until the service has armed for
+/// them, so a clock that skips ahead when idle cannot skip past them.
+pub(crate) struct AddTimers(pub(crate) Vec<TimerEntry>, pub(crate) Busy);
 pub(crate) struct RemoveTimers(pub(crate) Vec<TimerEntry>);
-struct Tick;
+/// The clock reached the armed due time; the guard keeps the host counted busy
+/// until the due timers' deliveries have begun.
+struct Tick(#[allow(dead_code)] Option<Busy>);
 
 impl Actor for TimerService {
     type Args = TimerArgs;
@@ -56,6 +56,8 @@ impl Actor for TimerService {
             host: args.host,
             pending: args.timers.into_iter().collect(),
             armed: None,
+            clock: args.clock,
+            activity: args.activity,
         };
         service.arm(&me);
         Ok(service)
@@ -85,14 +87,18 @@ impl TimerService {
             }
             task.abort();
         }
-        // Far-future timers are re-armed later rather than slept on for centuries.
-        let wait = Duration::from_millis(due.saturating_sub(now_ms()).min(MAX_ARM_MS));
+        // The clock may wake the sleep early or late (a far-future timer is slept
+        // on in pieces); the tick pops only what is due.
+        let sleep = self.clock.sleep_until(from_ms(due));
+        let activity = self.activity.clone();
         let me = me.clone();
         self.armed = Some((
             due,
             tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                let _ = me.tell(Tick).await;
+                sleep.await;
+                // Counted busy before the sleep's end is seen by anyone else.
+                let busy = activity.enter();
+                let _ = me.tell(Tick(Some(busy))).await;
             }),
         ));
     }
@@ -104,15 +110,27 @@ impl Message<AddTimers> for TimerService {
     async fn handle(&mut self, msg: AddTimers, ctx: &mut Context<Self, ()>) {
         self.pending.extend(msg.0);
         self.arm(ctx.actor_ref());
+        drop(msg.1);
     }
 }
 
 impl Message<RemoveTimers> for TimerService {
     type Reply = ();
 
-    async fn handle(&mut self, msg: RemoveTimers, _: &mut Context<Self, ()>) {
+    async fn handle(&mut self, msg: RemoveTimers, ctx: &mut Context<Self, ()>) {
         for t in &msg.0 {
             self.pending.remove(t);
+        }
+        // Armed for a timer no longer pending: re-arm for the next one, so nothing
+        // waits on the clock for a timer that will never fire (a test clock that
+        // skips ahead would otherwise jump to its due time for nothing).
+        let next = self.pending.first().map(|t| t.fire_at);
+        if let Some((armed_at, task)) = &self.armed
+            && next.is_none_or(|n| n > *armed_at)
+        {
+            task.abort();
+            self.armed = None;
+            self.arm(ctx.actor_ref());
         }
     }
 }
@@ -120,7 +138,7 @@ impl Message<RemoveTimers> for TimerService {
 impl Message<Tick> for TimerService {
     type Reply = ();
 
-    async fn handle(&mut self, _: Tick, ctx: &mut Context<Self, ()>) {
+    async fn handle(&mut self, tick: Tick, ctx: &mut Context<Self, ()>) {
         self.armed = None;
         // The service starts while the core is still being built: a timer already
         // due at start-up must wait for it, not be popped and lost.
@@ -130,12 +148,12 @@ impl Message<Tick> for TimerService {
                 0,
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(5)).await;
-                    let _ = me.tell(Tick).await;
+                    let _ = me.tell(tick).await;
                 }),
             ));
             return;
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut due = Vec::new();
         while self.pending.first().is_some_and(|t| t.fire_at <= now) {
             if let Some(t) = self.pending.pop_first() {
@@ -146,5 +164,6 @@ impl Message<Tick> for TimerService {
             host.fire_timer(t);
         }
         self.arm(ctx.actor_ref());
+        drop(tick);
     }
 }

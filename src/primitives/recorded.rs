@@ -7,7 +7,6 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reel_actors::now_ms;
 use reel_storage::Event;
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -69,7 +68,8 @@ impl Ctx {
     /// # Errors
     /// [`Error::ReplayDivergence`], [`Error::Storage`].
     pub fn now(&self) -> impl Future<Output = Result<SystemTime>> + Send + use<> {
-        let ms = self.recorded("now", now_ms);
+        let now = self.now_ms();
+        let ms = self.recorded("now", move || now);
         async move { Ok(UNIX_EPOCH + Duration::from_millis(ms.await?)) }
     }
 

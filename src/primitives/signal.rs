@@ -10,7 +10,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use reel_actors::now_ms;
 use reel_storage::Event;
 use serde::de::DeserializeOwned;
 
@@ -89,13 +88,14 @@ impl Ctx {
         if let Some(e) = self.refused() {
             return Either::Left(std::future::ready(Err(e)));
         }
+        let now = self.now_ms();
         let (id, opened, deadline) = {
             let mut st = self.lock();
             let id = st.replay.positional(prefix);
             let opened = st.replay.open(&id, Kind::Signal { name: name.clone() });
             let deadline = match opened {
                 Ok(Opened::Replayed) => st.replay.due(&id),
-                _ => timeout.map(|t| now_ms().saturating_add(millis(t))),
+                _ => timeout.map(|t| now.saturating_add(millis(t))),
             };
             if opened.is_ok() {
                 let until = deadline

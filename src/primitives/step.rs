@@ -13,7 +13,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use futures::future::Either;
-use reel_actors::{now_ms, panic_message, retry_timer_id};
+use reel_actors::{panic_message, retry_timer_id};
 use reel_storage::Event;
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::Instrument;
@@ -221,7 +221,7 @@ impl Ctx {
                 // Once the run is asked to cancel, a failed attempt is the last one.
                 let retry_at =
                     (!final_ && policy.retries_after(attempt) && ctx.refused().is_none())
-                        .then(|| now_ms().saturating_add(millis(policy.backoff(attempt))));
+                        .then(|| ctx.now_ms().saturating_add(millis(policy.backoff(attempt))));
                 tracing::warn!(step = %id, attempt, error = %message, retry_at, "reel: step attempt failed");
                 ctx.record(
                     vec![Event::StepFailed {

@@ -9,7 +9,6 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reel_actors::now_ms;
 use reel_storage::Event;
 
 use crate::ctx::millis;
@@ -27,7 +26,7 @@ impl Ctx {
     /// [`Error::Cancelled`] when the run is asked to cancel (see [`Ctx::cancelled`]),
     /// [`Error::ReplayDivergence`], [`Error::Storage`].
     pub fn sleep(&self, d: Duration) -> impl Future<Output = Result<()>> + Send + use<> {
-        self.timer(now_ms().saturating_add(millis(d)))
+        self.timer(self.now_ms().saturating_add(millis(d)))
     }
 
     /// A durable sleep until a wall-clock time.

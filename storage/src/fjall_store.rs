@@ -1,15 +1,18 @@
-//! The fjall backend: one database, six keyspaces, one group-commit writer thread.
+//! The fjall backend: one database, seven keyspaces, one group-commit writer thread.
 //!
 //! Keyspaces: `log` (run id, NUL, big-endian sequence → event), `runs` (run id →
 //! [`RunMeta`]), `active` (run id → [`RunMeta`] of unfinished runs only, so recovery
 //! never reads finished runs), `timers` (big-endian due time, run id, NUL, timer id →
-//! empty), `listing` (the listing indexes and status counts, see `index`) and `reel`
-//! (format version, and the marker that the listing indexes are complete).
+//! empty), `listing` (the listing indexes and status counts, see `index`),
+//! `schedules` (schedule id → [`ScheduleRecord`](crate::ScheduleRecord)) and `reel`
+//! (format version, and the marker that the listing indexes are complete). Keyspaces
+//! an older store lacks are created on open.
 //!
 //! # Layout
 //! - this file: opening (and creating, and upgrading) the store; reads.
 //! - `writer`: the group-commit writer thread.
 //! - `index`: the listing indexes and status counts, kept by the writer.
+//! - `schedules`: the schedules keyspace.
 //!
 //! fjall's journal holds one mutex across write and fsync, so concurrent committers
 //! would each pay an fsync. Instead every append goes through a channel to one
@@ -57,6 +60,8 @@ pub const FORMAT_VERSION: &str = "reel-log/5";
 /// misread), and sequential handlers resume as they were.
 const UPGRADABLE_FORMATS: [&str; 4] = ["reel-log/1", "reel-log/2", "reel-log/3", "reel-log/4"];
 
+mod schedules;
+
 const MAX_BATCH: usize = 8192;
 /// Runs whose next sequence number is cached; a miss costs one reverse key lookup.
 const SEQ_CACHE_LIMIT: usize = 16_384;
@@ -90,6 +95,7 @@ struct Keyspaces {
     active: Keyspace,
     timers: Keyspace,
     listing: Keyspace,
+    schedules: Keyspace,
 }
 
 struct Request {
@@ -136,6 +142,7 @@ fn open_keyspaces(path: &Path, options: &StoreOptions) -> Result<(Database, Keys
         active: ks("active")?,
         timers: ks("timers")?,
         listing: ks("listing")?,
+        schedules: ks("schedules")?,
         db: db.clone(),
     };
     let format = ks("reel")?;
@@ -292,7 +299,7 @@ impl FjallStore {
     fn encode(append: Append) -> Result<Encoded> {
         append.validate()?;
         // Every record of an append carries the time it was submitted.
-        let at = crate::record::now_ms();
+        let at = append.at.unwrap_or_else(crate::record::now_ms);
         let records = append
             .events
             .iter()

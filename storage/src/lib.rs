@@ -22,11 +22,15 @@
 //!   ([`encode_timer_key`], [`decode_timer_key`]).
 //! - `scan`: [`Scan`] and [`CorruptRecord`]: scans return the good records and report
 //!   the damaged ones, so one bad record harms one run.
+//! - `schedule`: [`ScheduleRecord`] and [`ScheduleStore`], durable schedules.
 //! - `mem_store`: [`MemStore`], an in-memory backend with the same contract (tests).
 //! - [`testing`]: [`FaultStore`](testing::FaultStore), a wrapper that injects faults
 //!   (for tests of the layers above).
+//! - `clock`: [`Clock`] (the time a host reads and waits on), [`SystemClock`], and
+//!   [`Activity`], a host's gauge of work in flight.
 //! - `error`: [`StorageError`].
 
+mod clock;
 mod error;
 mod event;
 mod fjall_store;
@@ -36,9 +40,11 @@ mod mem_store;
 mod meta;
 mod record;
 mod scan;
+mod schedule;
 mod store;
 pub mod testing;
 
+pub use clock::{Activity, Busy, Clock, Sleep, SystemClock, from_ms, to_ms};
 pub use error::StorageError;
 pub use event::{AttemptError, Event, Failure, Payload};
 pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};
@@ -47,6 +53,7 @@ pub use mem_store::MemStore;
 pub use meta::{ParentLink, RunMeta, RunState, StatusKind, TimerEntry};
 pub use record::Record;
 pub use scan::{CorruptRecord, Scan};
+pub use schedule::{ScheduleRecord, ScheduleStore};
 pub use store::{
     Append, CommitListener, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket,
     TimerReader,

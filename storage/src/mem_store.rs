@@ -20,6 +20,7 @@ struct State {
     times: BTreeMap<String, Vec<u64>>,
     runs: BTreeMap<String, RunMeta>,
     timers: BTreeSet<TimerEntry>,
+    schedules: BTreeMap<String, crate::ScheduleRecord>,
     closed: bool,
 }
 
@@ -57,7 +58,7 @@ impl MemStore {
                     actual,
                 });
             }
-            let at = crate::record::now_ms();
+            let at = a.at.unwrap_or_else(crate::record::now_ms);
             st.times
                 .entry(a.run_id.clone())
                 .or_default()
@@ -254,5 +255,33 @@ impl Store for MemStore {
         if let Ok(mut st) = self.state.lock() {
             st.closed = true;
         }
+    }
+}
+
+impl crate::ScheduleStore for MemStore {
+    fn put_schedule(&self, schedule: &crate::ScheduleRecord) -> Result<()> {
+        let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
+        if st.closed {
+            return Err(StorageError::Closed);
+        }
+        st.schedules.insert(schedule.id.clone(), schedule.clone());
+        Ok(())
+    }
+
+    fn get_schedule(&self, id: &str) -> Result<Option<crate::ScheduleRecord>> {
+        self.read(|st| st.schedules.get(id).cloned())
+    }
+
+    fn delete_schedule(&self, id: &str) -> Result<()> {
+        let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
+        if st.closed {
+            return Err(StorageError::Closed);
+        }
+        st.schedules.remove(id);
+        Ok(())
+    }
+
+    fn list_schedules(&self) -> Result<Vec<crate::ScheduleRecord>> {
+        self.read(|st| st.schedules.values().cloned().collect())
     }
 }

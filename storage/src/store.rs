@@ -35,6 +35,10 @@ pub struct Append {
     /// writes still reach the OS before the answer (they survive a process kill) and
     /// become durable with the next durable write, which is ordered after them.
     pub durable: bool,
+    /// When the events were appended (ms since the epoch), stamped on their records;
+    /// `None` stamps the system clock's time of submission. A host stamps its
+    /// [`Clock`](crate::Clock)'s time, so a test clock's virtual times show in logs.
+    pub at: Option<u64>,
 }
 
 impl Append {
@@ -248,7 +252,9 @@ pub trait TimerReader: Send + Sync {
 }
 
 /// A complete backend: what the actors layer needs.
-pub trait Store: LogWriter + LogReader + MetaReader + TimerReader + 'static {
+pub trait Store:
+    LogWriter + LogReader + MetaReader + TimerReader + crate::ScheduleStore + 'static
+{
     /// Stops accepting writes, waits for queued ones and releases the store (its
     /// directory can be opened again afterwards). Idempotent.
     fn close(&self);

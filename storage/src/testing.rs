@@ -41,6 +41,8 @@
 //! # }
 //! ```
 
+mod schedules;
+
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

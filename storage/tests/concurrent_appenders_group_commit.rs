@@ -90,6 +90,7 @@ async fn concurrent_appenders_all_land_in_order_with_meta_and_timers() {
                 };
                 store
                     .submit(Append {
+                        at: None,
                         run_id: run.clone(),
                         expected_seq: Some(seq),
                         events: vec![event(task, seq)],

@@ -16,6 +16,7 @@ fn started() -> Event {
 
 fn append(run: &str) -> Append {
     Append {
+        at: None,
         run_id: run.into(),
         expected_seq: Some(0),
         events: vec![started()],

@@ -74,6 +74,7 @@ fn timer(run: &str, seq: u64) -> TimerEntry {
 
 fn append(run: &str, seq: u64) -> Append {
     Append {
+        at: None,
         run_id: run.into(),
         expected_seq: Some(seq),
         events: vec![event(run, seq)],

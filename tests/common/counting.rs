@@ -154,3 +154,21 @@ impl Store for CountingStore {
         self.inner.close();
     }
 }
+
+impl reel_storage::ScheduleStore for CountingStore {
+    fn put_schedule(&self, schedule: &reel_storage::ScheduleRecord) -> Result<()> {
+        self.inner.put_schedule(schedule)
+    }
+
+    fn get_schedule(&self, id: &str) -> Result<Option<reel_storage::ScheduleRecord>> {
+        self.inner.get_schedule(id)
+    }
+
+    fn delete_schedule(&self, id: &str) -> Result<()> {
+        self.inner.delete_schedule(id)
+    }
+
+    fn list_schedules(&self) -> Result<Vec<reel_storage::ScheduleRecord>> {
+        self.inner.list_schedules()
+    }
+}

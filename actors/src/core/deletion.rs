@@ -134,7 +134,7 @@ impl Core {
                 if core.check_open().is_err() {
                     return;
                 }
-                match core.enforce_retention(now_ms()).await {
+                match core.enforce_retention(core.options.clock.now_ms()).await {
                     Ok(0) => {}
                     Ok(n) => {
                         tracing::info!(deleted = n, "reel: retention deleted finished runs");

@@ -147,7 +147,7 @@ impl Core {
         self.registry
             .lookup(&workflow, version)
             .map_err(ActorError::NotRegistered)?;
-        let now = now_ms();
+        let now = self.options.clock.now_ms();
         let forked = RunMeta {
             run_id: new_run_id.to_owned(),
             workflow,

@@ -29,7 +29,7 @@ impl Core {
         meta.state = RunState::Parked {
             error: error.clone(),
         };
-        meta.updated_at = now_ms();
+        meta.updated_at = self.options.clock.now_ms();
         let written = self
             .store
             .submit(Append {

@@ -56,7 +56,7 @@ impl Core {
         // of reporting the old parking error.
         // Likewise a suspended run whose timer came due while no host was running:
         // it is about to be woken, so it is reported as running.
-        let now = now_ms();
+        let now = options.clock.now_ms();
         let due: std::collections::HashSet<&str> = timers
             .iter()
             .take_while(|t| t.fire_at <= now)
@@ -74,10 +74,11 @@ impl Core {
                     run_id: m.run_id.clone(),
                     meta: Some(RunMeta {
                         state: RunState::Running,
-                        updated_at: now_ms(),
+                        updated_at: now,
                         ..m.clone()
                     }),
                     durable: true,
+                    at: Some(now),
                     ..Append::default()
                 })
             })
@@ -89,6 +90,8 @@ impl Core {
         let passivator = Passivator::start(options.passivate_after);
         let log_watchers = Arc::new(LogWatchers::default());
         store.set_commit_listener(log_watchers.clone());
+        let activity = Arc::new(reel_storage::Activity::default());
+        options.clock.watch(&activity);
         let core = Arc::new_cyclic(|me: &Weak<Core>| {
             // Unbounded: journals hand it timers with `try_send`, which must never
             // drop one (a dropped timer is a run that never wakes).
@@ -96,6 +99,8 @@ impl Core {
                 TimerArgs {
                     host: me.clone(),
                     timers,
+                    clock: options.clock.clone(),
+                    activity: activity.clone(),
                 },
                 kameo::mailbox::unbounded(),
             );
@@ -119,6 +124,7 @@ impl Core {
                 log_watchers,
                 retention_cursors: Default::default(),
                 closing: AtomicBool::new(false),
+                activity: activity.clone(),
                 me: me.clone(),
             }
         });
@@ -136,7 +142,9 @@ impl Core {
         // A bare task: it only sends messages, and stops at the first refusal once
         // the host is closing.
         let weak = Arc::downgrade(&core);
+        let busy = activity.enter();
         tokio::spawn(async move {
+            let _busy = busy;
             futures::stream::iter(to_resume)
                 .for_each_concurrent(64, |run_id| {
                     let weak = weak.clone();

@@ -14,7 +14,9 @@ impl Core {
         delivery: Delivery,
     ) -> Option<tokio::task::JoinHandle<()>> {
         let core = self.me.upgrade()?;
+        let busy = self.activity.enter();
         Some(tokio::spawn(async move {
+            let _busy = busy;
             // A timer or child result must not be lost to a passing failure: retry
             // with backoff. (After a restart the index delivers timers again anyway.)
             for attempt in 0..6u32 {
@@ -56,6 +58,7 @@ impl Core {
         M: Clone + Send + 'static,
         RunActor: Message<M, Reply = Result<(), ActorError>>,
     {
+        let _busy = self.activity.enter();
         let mut last = String::new();
         for _ in 0..16 {
             self.check_open()?;

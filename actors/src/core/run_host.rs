@@ -35,6 +35,10 @@ impl RunHost for Core {
         Core::notify_published(self, run_id);
     }
 
+    fn busy(&self) -> reel_storage::Busy {
+        self.activity.enter()
+    }
+
     fn fire_timer(&self, timer: TimerEntry) {
         Core::fire_timer(self, timer);
     }

@@ -19,7 +19,6 @@ use super::RunActor;
 use crate::error::ActorError;
 use crate::journal::{CANCEL_DEADLINE, RUN_DEADLINE};
 use crate::message::Delivery;
-use crate::timers::now_ms;
 
 impl RunActor {
     /// A cancel request from outside, a parent, or a deadline.
@@ -69,7 +68,11 @@ impl RunActor {
         ctx: &mut Context<Self, Result<(), ActorError>>,
     ) -> Result<(), ActorError> {
         let grace = self.options.cancel_grace;
-        let fire_at = now_ms().saturating_add(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX));
+        let fire_at = self
+            .options
+            .clock
+            .now_ms()
+            .saturating_add(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX));
         events.push(Event::CancelRequested {
             reason: reason.clone(),
         });

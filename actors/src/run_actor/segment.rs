@@ -101,6 +101,7 @@ impl RunActor {
         self.journal = Journal::new(
             self.run_id.clone(),
             self.store.clone(),
+            self.options.clock.clone(),
             Arc::downgrade(&self.host),
             events,
             start,

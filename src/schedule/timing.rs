@@ -1,0 +1,125 @@
+//! When a schedule fires: its spec compiled into [`Timing`] (a parsed cron
+//! expression in a time zone, or a fixed interval), the nominal fire times around
+//! a moment, and the deterministic jitter of a firing.
+
+use std::str::FromStr;
+
+use chrono::{DateTime, TimeZone};
+use chrono_tz::Tz;
+use croner::Cron;
+
+use super::{ScheduleSpec, When};
+use crate::{Error, Result};
+
+/// The most missed firings one catch-up starts (`CatchUp::All`).
+pub(super) const MAX_CATCH_UP: usize = 1000;
+
+/// A spec's fire times.
+pub(super) enum Timing {
+    Cron(Box<Cron>, Tz),
+    /// Every this many ms, at multiples of it since the Unix epoch.
+    Every(u64),
+}
+
+impl Timing {
+    /// Compiles `spec`: the cron expression and time zone are checked here.
+    pub(super) fn of(id: &str, spec: &ScheduleSpec) -> Result<Timing> {
+        let invalid = |reason: String| Error::InvalidSchedule {
+            id: id.to_owned(),
+            reason,
+        };
+        match &spec.when {
+            When::Cron { expr, tz } => {
+                let cron = Cron::from_str(expr)
+                    .map_err(|e| invalid(format!("cron expression `{expr}`: {e}")))?;
+                let tz = match tz {
+                    None => Tz::UTC,
+                    Some(name) => Tz::from_str(name)
+                        .map_err(|_| invalid(format!("unknown time zone `{name}`")))?,
+                };
+                Ok(Timing::Cron(Box::new(cron), tz))
+            }
+            When::Every { ms } if *ms == 0 => Err(invalid("a zero interval".to_owned())),
+            When::Every { ms } => Ok(Timing::Every(*ms)),
+        }
+    }
+
+    fn at(tz: Tz, ms: u64) -> Option<DateTime<Tz>> {
+        tz.timestamp_millis_opt(i64::try_from(ms).ok()?).single()
+    }
+
+    fn ms(t: &DateTime<Tz>) -> Option<u64> {
+        u64::try_from(t.timestamp_millis()).ok()
+    }
+
+    /// The first fire time strictly after `ms` (`None`: never again).
+    pub(super) fn next_after(&self, ms: u64) -> Option<u64> {
+        match self {
+            Timing::Every(every) => (ms / every).checked_add(1)?.checked_mul(*every),
+            Timing::Cron(cron, tz) => {
+                let next = cron
+                    .find_next_occurrence(&Timing::at(*tz, ms)?, false)
+                    .ok()?;
+                Timing::ms(&next)
+            }
+        }
+    }
+
+    /// The last fire time at or before `ms`, if it is at or after `from`.
+    pub(super) fn last_between(&self, from: u64, ms: u64) -> Option<u64> {
+        let last = match self {
+            Timing::Every(every) => ms / every * every,
+            Timing::Cron(cron, tz) => {
+                let prev = cron
+                    .find_previous_occurrence(&Timing::at(*tz, ms.saturating_add(1))?, false)
+                    .ok()?;
+                Timing::ms(&prev)?
+            }
+        };
+        (from <= last && last <= ms).then_some(last)
+    }
+
+    /// The fire times in `[from, to]`, at most [`MAX_CATCH_UP`] (the latest ones).
+    pub(super) fn between(&self, from: u64, to: u64) -> Vec<u64> {
+        let mut out = std::collections::VecDeque::new();
+        let first = match self {
+            // Arithmetic, not a walk: an interval of a millisecond over a year of
+            // downtime is billions of fire times.
+            Timing::Every(every) => {
+                let skip = to.saturating_sub(every.saturating_mul(MAX_CATCH_UP as u64));
+                from.max(skip).div_ceil(*every).checked_mul(*every)
+            }
+            Timing::Cron(..) => match from.checked_sub(1) {
+                Some(before) => self.next_after(before),
+                None => Some(0),
+            },
+        };
+        let mut t = first;
+        // A cron expression firing every second still ends the walk.
+        let mut steps = 0u32;
+        while let Some(at) = t.filter(|at| *at <= to && steps < 1_000_000) {
+            steps += 1;
+            if out.len() == MAX_CATCH_UP {
+                out.pop_front();
+            }
+            out.push_back(at);
+            t = self.next_after(at);
+        }
+        out.into()
+    }
+}
+
+/// The jitter of the firing of schedule `id` at `fire_ms`: a delay in
+/// `[0, jitter_ms]` that is the same on every host and after every restart.
+pub(super) fn jitter(id: &str, fire_ms: u64, jitter_ms: u64) -> u64 {
+    if jitter_ms == 0 {
+        return 0;
+    }
+    // FNV-1a: stable across builds, unlike std's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.as_bytes().iter().chain(&fire_ms.to_be_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % jitter_ms.saturating_add(1)
+}
