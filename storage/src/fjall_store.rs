@@ -50,15 +50,24 @@ use index::Listed;
 /// records as corrupt, so it is refused by the marker instead. `reel-log/4` added
 /// `ContinuedAsNew` and log segments (`RunMeta::segment_start`). `reel-log/5`
 /// stores each record with the time it was appended (`Record`); records written
-/// before read back as appended at the epoch.
-pub const FORMAT_VERSION: &str = "reel-log/5";
+/// before read back as appended at the epoch. `reel-log/6` added the paused state
+/// (`RunState::Paused`, which an older build would report as a corrupt record),
+/// the `listing` and `schedules` keyspaces (built or created when an older store
+/// opens).
+pub const FORMAT_VERSION: &str = "reel-log/6";
 
 /// Older formats this build opens, upgrading the marker: their records decode the
 /// same way (fields added since default when absent). Runs recorded by
 /// `reel-log/1` replay under the `reel-log/2` visibility rule; a concurrent handler
 /// whose old log does not match it is parked with a replay divergence (never
 /// misread), and sequential handlers resume as they were.
-const UPGRADABLE_FORMATS: [&str; 4] = ["reel-log/1", "reel-log/2", "reel-log/3", "reel-log/4"];
+const UPGRADABLE_FORMATS: [&str; 5] = [
+    "reel-log/1",
+    "reel-log/2",
+    "reel-log/3",
+    "reel-log/4",
+    "reel-log/5",
+];
 
 mod schedules;
 
