@@ -235,6 +235,7 @@ impl Core {
                 }
             }
         });
+        metrics::counter!(reel_storage::metrics::RUNS_STARTED).increment(1);
         Ok(Started::Created)
     }
 
@@ -495,6 +496,8 @@ impl Core {
 
     /// A run finished: wake result waiters and deliver the result to parents.
     pub(crate) fn run_finished(&self, meta: &RunMeta) {
+        metrics::counter!(reel_storage::metrics::RUNS_ENDED, "status" => meta.state.kind().as_str())
+            .increment(1);
         self.notify_changed(&meta.run_id, Some(meta));
         let subscribers = self.child_subscribers.take(&meta.run_id);
         let parents = meta.parent.iter().cloned().chain(subscribers);

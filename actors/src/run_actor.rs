@@ -300,6 +300,7 @@ impl RunActor {
             return;
         }
         tracing::warn!(run_id = %self.run_id, error = %failure, "reel: run parked");
+        metrics::counter!(reel_storage::metrics::RUNS_PARKED).increment(1);
         let meta = self.meta_with(RunState::Parked {
             error: failure.clone(),
         });

@@ -264,10 +264,19 @@ impl Ctx {
         };
         let span =
             tracing::info_span!("reel.step", run_id = %self.inner.run_id, step = %id, attempt);
+        let started = std::time::Instant::now();
         let ran = match std::panic::catch_unwind(AssertUnwindSafe(|| body(step_ctx))) {
             Ok(fut) => AssertUnwindSafe(fut).catch_unwind().instrument(span).await,
             Err(panic) => Err(panic),
         };
+        metrics::histogram!(reel_storage::metrics::STEP_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        let outcome = if matches!(ran, Ok(Ok(_))) {
+            "ok"
+        } else {
+            "error"
+        };
+        metrics::counter!(reel_storage::metrics::STEP_ATTEMPTS, "outcome" => outcome).increment(1);
         match ran {
             Ok(Ok(value)) => match encode(&value) {
                 Ok(output) => Attempt::Value(output),

@@ -18,6 +18,8 @@
 //! - `fjall_store`: [`FjallStore`], the fjall backend and its group-commit writer.
 //! - [`listing`]: the page query of [`MetaReader::list_page`], its cursor and
 //!   order.
+//! - [`metrics`]: the names of the metrics reel reports (through the `metrics`
+//!   facade).
 //! - `keys`: the key layout of the keyspaces and its decoders
 //!   ([`encode_timer_key`], [`decode_timer_key`]).
 //! - `scan`: [`Scan`] and [`CorruptRecord`]: scans return the good records and report
@@ -38,6 +40,7 @@ mod keys;
 pub mod listing;
 mod mem_store;
 mod meta;
+pub mod metrics;
 mod record;
 mod scan;
 mod schedule;

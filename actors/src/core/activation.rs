@@ -14,6 +14,7 @@ impl Core {
             .is_some_and(|a| a.id() == actor)
         {
             live.remove(run_id);
+            metrics::gauge!(reel_storage::metrics::LIVE_RUNS).set(live.len() as f64);
         }
     }
 
@@ -38,14 +39,24 @@ impl Core {
                 _ => {
                     let cell = LiveCell::default();
                     live.insert(Arc::from(run_id), cell.clone());
+                    metrics::gauge!(reel_storage::metrics::LIVE_RUNS).set(live.len() as f64);
                     cell
                 }
             }
         };
+        let activated = std::time::Instant::now();
+        let mut spawned = false;
         let actor = cell
-            .get_or_try_init(|| self.spawn_run(run_id, preload))
+            .get_or_try_init(|| {
+                spawned = true;
+                self.spawn_run(run_id, preload)
+            })
             .await?
             .clone();
+        if spawned {
+            metrics::histogram!(reel_storage::metrics::ACTIVATION_SECONDS)
+                .record(activated.elapsed().as_secs_f64());
+        }
         // Spawned while the host began to shut down (which may have missed it).
         if self.is_closing() {
             let _ = actor.ask(StopRun).await;

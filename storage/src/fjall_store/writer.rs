@@ -193,7 +193,10 @@ fn commit_batch(
         accepted.push(req.reply);
     }
     listing.finish(ks, &mut batch);
+    let started = std::time::Instant::now();
     let result = batch.commit();
+    metrics::histogram!(crate::metrics::COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+    metrics::histogram!(crate::metrics::COMMIT_APPENDS).record(accepted.len() as f64);
     listing.committed(result.is_ok());
     if let Err(e) = &result {
         *failed = Some(e.to_string());
