@@ -23,6 +23,8 @@
 //! - `mem_store`: [`MemStore`], an in-memory backend with the same contract (tests).
 //! - [`testing`]: [`FaultStore`](testing::FaultStore), a wrapper that injects faults
 //!   (for tests of the layers above).
+//! - `validation` (feature `validation`): the contract every backend passes, as
+//!   reusable checks run against fjall, [`MemStore`] and PostgreSQL.
 //! - `error`: [`StorageError`].
 
 mod error;
@@ -35,6 +37,8 @@ mod record;
 mod scan;
 mod store;
 pub mod testing;
+#[cfg(feature = "validation")]
+pub mod validation;
 
 pub use error::StorageError;
 pub use event::{AttemptError, Event, Failure, Payload};
