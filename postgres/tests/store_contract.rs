@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use reel_postgres::{PgStore, SCHEMA_VERSION};
 use reel_storage::validation::{self, Backend, Damage};
-use reel_storage::{StorageError, Store};
+use reel_storage::{LogReader, LogWriter, StorageError, Store};
 use tokio::sync::OnceCell;
 
 /// One database, created on first open.
@@ -91,4 +91,46 @@ async fn unreachable_server_is_an_io_error() {
         PgStore::connect("not a url at all ://").await,
         Err(StorageError::Io(_))
     ));
+}
+
+/// Two stores (two writers) on one database appending to the same runs at once: for
+/// each sequence number exactly one append wins, the losers get a conflict, and
+/// appends of other runs batched with a loser still land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_racing_on_one_database_never_both_win() {
+    use reel_storage::{Append, Event, Payload};
+    let url = support::database("race").await;
+    let a = PgStore::connect(&url).await.expect("a");
+    let b = PgStore::connect(&url).await.expect("b");
+    let ev = |who: u8| Event::StepCompleted {
+        id: "s".into(),
+        output: Payload(vec![who]),
+    };
+    let append = |run: &str, seq: u64, who: u8| Append {
+        run_id: run.into(),
+        expected_seq: Some(seq),
+        events: vec![ev(who)],
+        durable: true,
+        ..Append::default()
+    };
+    for seq in 0..20u64 {
+        let mut tickets = Vec::new();
+        for (who, store) in [(1u8, &a), (2, &b)] {
+            tickets.push(store.submit(append("shared", seq, who)));
+            tickets.push(store.submit(append(&format!("own-{who}"), seq, who)));
+        }
+        let mut wins = 0;
+        for (i, t) in tickets.into_iter().enumerate() {
+            match (i % 2, t.await) {
+                (0, Ok(())) => wins += 1,
+                (0, Err(StorageError::Conflict { .. })) => {}
+                (_, r) => r.expect("an append of a run nobody races lands"),
+            }
+        }
+        assert_eq!(wins, 1, "exactly one writer wins sequence {seq}");
+    }
+    assert_eq!(a.read_log("shared").expect("log").len(), 20);
+    assert_eq!(b.read_log("own-1").expect("log").len(), 20);
+    a.close();
+    b.close();
 }
