@@ -85,3 +85,20 @@ pub(crate) fn pg_err(e: &tokio_postgres::Error) -> reel_storage::StorageError {
         None => reel_storage::StorageError::Io(format!("postgres: {e}")),
     }
 }
+
+/// A prepared statement from the connection's cache: one round trip per execution
+/// instead of two.
+pub(crate) async fn stmt(
+    c: &deadpool_postgres::ClientWrapper,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, reel_storage::StorageError> {
+    c.prepare_cached(sql).await.map_err(|e| pg_err(&e))
+}
+
+/// [`stmt`] inside a transaction.
+pub(crate) async fn tx_stmt(
+    tx: &deadpool_postgres::Transaction<'_>,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, reel_storage::StorageError> {
+    tx.prepare_cached(sql).await.map_err(|e| pg_err(&e))
+}

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 
 use crate::writer::{Encoded, Request, writer_loop};
-use crate::{pg_err, schema};
+use crate::{pg_err, schema, stmt};
 
 /// Connections of the pool: the writer holds one, reads share the rest.
 const POOL_SIZE: usize = 8;
@@ -172,8 +172,12 @@ impl LogReader for PgStore {
         self.block(move |c| async move {
             let rows = c
                 .query(
-                    "SELECT seq, record FROM reel_log WHERE run_id = $1 AND seq >= $2 \
+                    &stmt(
+                        &c,
+                        "SELECT seq, record FROM reel_log WHERE run_id = $1 AND seq >= $2 \
                      ORDER BY seq",
+                    )
+                    .await?,
                     &[&run, &seq_sql(from)],
                 )
                 .await
@@ -200,8 +204,12 @@ impl LogReader for PgStore {
             // Bytes as fjall counts them: key (run id, NUL, 8-byte sequence) + value.
             let row = c
                 .query_one(
-                    "SELECT count(*), coalesce(sum(octet_length(record) + octet_length(run_id) \
+                    &stmt(
+                        &c,
+                        "SELECT count(*), coalesce(sum(octet_length(record) + octet_length(run_id) \
                      + 9), 0)::bigint FROM reel_log WHERE run_id = $1 AND seq >= $2",
+                    )
+                    .await?,
                     &[&run, &seq_sql(from)],
                 )
                 .await
@@ -216,9 +224,8 @@ impl LogReader for PgStore {
     fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {
         let run = run_id.to_owned();
         self.block(move |c| async move {
-            let row = c
-                .query_opt(
-                    "SELECT seq, record FROM reel_log WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
+            let row = c.query_opt(
+                    &stmt(&c, "SELECT seq, record FROM reel_log WHERE run_id = $1 ORDER BY seq DESC LIMIT 1").await?,
                     &[&run],
                 )
                 .await
@@ -238,7 +245,11 @@ impl LogReader for PgStore {
         self.block(move |c| async move {
             let row = c
                 .query_one(
-                    "SELECT coalesce(max(seq) + 1, 0) FROM reel_log WHERE run_id = $1",
+                    &stmt(
+                        &c,
+                        "SELECT coalesce(max(seq) + 1, 0) FROM reel_log WHERE run_id = $1",
+                    )
+                    .await?,
                     &[&run],
                 )
                 .await
@@ -270,7 +281,10 @@ impl MetaReader for PgStore {
         let run = run_id.to_owned();
         self.block(move |c| async move {
             let row = c
-                .query_opt("SELECT meta FROM reel_runs WHERE run_id = $1", &[&run])
+                .query_opt(
+                    &stmt(&c, "SELECT meta FROM reel_runs WHERE run_id = $1").await?,
+                    &[&run],
+                )
                 .await
                 .map_err(|e| pg_err(&e))?;
             row.map(|r| {
@@ -284,7 +298,10 @@ impl MetaReader for PgStore {
     fn list_runs(&self) -> Result<Scan<RunMeta>> {
         self.block(|c| async move {
             let rows = c
-                .query("SELECT run_id, meta FROM reel_runs ORDER BY run_id", &[])
+                .query(
+                    &stmt(&c, "SELECT run_id, meta FROM reel_runs ORDER BY run_id").await?,
+                    &[],
+                )
                 .await
                 .map_err(|e| pg_err(&e))?;
             Ok(scan_meta("runs", &rows))
@@ -294,7 +311,10 @@ impl MetaReader for PgStore {
     fn unfinished_runs(&self) -> Result<Scan<RunMeta>> {
         self.block(|c| async move {
             let rows = c
-                .query("SELECT run_id, meta FROM reel_active ORDER BY run_id", &[])
+                .query(
+                    &stmt(&c, "SELECT run_id, meta FROM reel_active ORDER BY run_id").await?,
+                    &[],
+                )
                 .await
                 .map_err(|e| pg_err(&e))?;
             Ok(scan_meta("active", &rows))
@@ -306,7 +326,10 @@ impl TimerReader for PgStore {
     fn timers(&self) -> Result<Scan<TimerEntry>> {
         self.block(|c| async move {
             let rows = c
-                .query("SELECT key FROM reel_timers ORDER BY key", &[])
+                .query(
+                    &stmt(&c, "SELECT key FROM reel_timers ORDER BY key").await?,
+                    &[],
+                )
                 .await
                 .map_err(|e| pg_err(&e))?;
             let mut scan = Scan::default();

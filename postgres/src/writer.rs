@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use deadpool_postgres::Pool;
+use deadpool_postgres::{Object, Transaction};
 use reel_storage::{Append, Record, Result, StorageError, encode_timer_key};
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::Transaction;
 use tokio_postgres::error::SqlState;
 
 use crate::store::{get, seq_sql};
-use crate::{partition_of, pg_err};
+use crate::{partition_of, pg_err, tx_stmt};
 
 const MAX_BATCH: usize = 4096;
 
@@ -130,10 +130,7 @@ impl CloneIo for StorageError {
 /// Writes `appends` in one transaction. Appends whose expected sequence number does
 /// not match get a conflict in their slot of the answer and are left out; the error
 /// is for the transaction as a whole.
-async fn write(
-    client: &mut tokio_postgres::Client,
-    appends: &[&Encoded],
-) -> Result<Vec<Result<()>>> {
+async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<()>>> {
     let tx = client.transaction().await.map_err(|e| pg_err(&e))?;
     if !appends.iter().any(|a| a.durable) {
         // Still reaches the server (survives a crash of this process), made durable
@@ -183,8 +180,12 @@ async fn write(
     }
     if !log_runs.is_empty() {
         tx.execute(
-            "INSERT INTO reel_log (run_id, seq, part, record) \
+            &tx_stmt(
+                &tx,
+                "INSERT INTO reel_log (run_id, seq, part, record) \
              SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::bytea[])",
+            )
+            .await?,
             &[&log_runs, &log_seqs, &log_parts, &log_records],
         )
         .await
@@ -214,7 +215,11 @@ async fn next_seqs<'a>(
     }
     let rows = tx
         .query(
-            "SELECT run_id, max(seq) + 1 FROM reel_log WHERE run_id = ANY($1) GROUP BY run_id",
+            &tx_stmt(
+                tx,
+                "SELECT run_id, max(seq) + 1 FROM reel_log WHERE run_id = ANY($1) GROUP BY run_id",
+            )
+            .await?,
             &[&runs],
         )
         .await
@@ -253,9 +258,13 @@ async fn write_meta(tx: &Transaction<'_>, metas: &BTreeMap<&str, &(Vec<u8>, bool
     let parts: Vec<i16> = runs.iter().map(|r| partition_of(r)).collect();
     let bytes: Vec<&[u8]> = metas.values().map(|m| m.0.as_slice()).collect();
     tx.execute(
-        "INSERT INTO reel_runs (run_id, part, meta) \
+        &tx_stmt(
+            tx,
+            "INSERT INTO reel_runs (run_id, part, meta) \
          SELECT * FROM unnest($1::text[], $2::smallint[], $3::bytea[]) \
          ON CONFLICT (run_id) DO UPDATE SET meta = EXCLUDED.meta",
+        )
+        .await?,
         &[&runs, &parts, &bytes],
     )
     .await
@@ -272,15 +281,22 @@ async fn write_meta(tx: &Transaction<'_>, metas: &BTreeMap<&str, &(Vec<u8>, bool
         }
     }
     if !done.is_empty() {
-        tx.execute("DELETE FROM reel_active WHERE run_id = ANY($1)", &[&done])
-            .await
-            .map_err(|e| pg_err(&e))?;
+        tx.execute(
+            &tx_stmt(tx, "DELETE FROM reel_active WHERE run_id = ANY($1)").await?,
+            &[&done],
+        )
+        .await
+        .map_err(|e| pg_err(&e))?;
     }
     if !live.is_empty() {
         tx.execute(
-            "INSERT INTO reel_active (run_id, part, meta) \
+            &tx_stmt(
+                tx,
+                "INSERT INTO reel_active (run_id, part, meta) \
              SELECT * FROM unnest($1::text[], $2::smallint[], $3::bytea[]) \
              ON CONFLICT (run_id) DO UPDATE SET meta = EXCLUDED.meta",
+            )
+            .await?,
             &[&live, &live_parts, &live_bytes],
         )
         .await
@@ -299,12 +315,14 @@ async fn write_timers(
         .map(|(k, _)| *k)
         .collect();
     if !removed.is_empty() {
-        tx.execute("DELETE FROM reel_timers WHERE key = ANY($1)", &[&removed])
-            .await
-            .map_err(|e| pg_err(&e))?;
+        tx.execute(
+            &tx_stmt(tx, "DELETE FROM reel_timers WHERE key = ANY($1)").await?,
+            &[&removed],
+        )
+        .await
+        .map_err(|e| pg_err(&e))?;
     }
-    let (mut keys, mut runs, mut parts, mut due) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut keys, mut runs, mut parts, mut due) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (key, v) in timers {
         if let Some((run, fire_at)) = v {
             keys.push(*key);
@@ -315,9 +333,13 @@ async fn write_timers(
     }
     if !keys.is_empty() {
         tx.execute(
-            "INSERT INTO reel_timers (key, run_id, part, fire_at) \
+            &tx_stmt(
+                tx,
+                "INSERT INTO reel_timers (key, run_id, part, fire_at) \
              SELECT * FROM unnest($1::bytea[], $2::text[], $3::smallint[], $4::bigint[]) \
              ON CONFLICT (key) DO NOTHING",
+            )
+            .await?,
             &[&keys, &runs, &parts, &due],
         )
         .await

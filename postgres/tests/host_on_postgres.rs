@@ -23,8 +23,11 @@ impl Workflow for Ship {
     type Input = u32;
     type Output = String;
     async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<String> {
-        ctx.step("label", |_| async move { Ok::<_, String>(format!("label-{n}")) })
-            .await
+        ctx.step(
+            "label",
+            |_| async move { Ok::<_, String>(format!("label-{n}")) },
+        )
+        .await
     }
 }
 
@@ -45,7 +48,9 @@ impl Workflow for Order {
             .await?;
         ctx.sleep(Duration::from_millis(20)).await?;
         let paid: String = ctx.wait_for_signal("payment").await?;
-        let label = ctx.child::<Ship>(&format!("{}-ship", ctx.run_id()), 7).await?;
+        let label = ctx
+            .child::<Ship>(&format!("{}-ship", ctx.run_id()), 7)
+            .await?;
         Ok(format!("{charged}|{paid}|{label}"))
     }
 }

@@ -56,8 +56,11 @@ async fn another_format_or_a_newer_schema_is_refused() {
     PgStore::connect(&url).await.expect("create").close();
     // Connecting again to a current database is fine.
     PgStore::connect(&url).await.expect("reopen").close();
-    support::execute(&url, "UPDATE reel_schema SET value = 'reel-log/99' WHERE key = 'format'")
-        .await;
+    support::execute(
+        &url,
+        "UPDATE reel_schema SET value = 'reel-log/99' WHERE key = 'format'",
+    )
+    .await;
     match PgStore::connect(&url).await {
         Err(StorageError::IncompatibleFormat { found, .. }) => assert_eq!(found, "reel-log/99"),
         other => panic!("another format must be refused, got {other:?}"),

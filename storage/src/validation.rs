@@ -146,8 +146,14 @@ pub async fn cas_refuses_stale_writer<B: Backend>(b: &B) {
         other => panic!("a stale append must conflict, got {other:?}"),
     }
     assert_eq!(s.read_log("r").expect("read"), vec![started(), ev(1)]);
-    assert_eq!(s.get_run("r").expect("meta"), None, "a refused append wrote its metadata");
-    s.submit(events("r", 2, vec![ev(2)])).await.expect("append at the right seq");
+    assert_eq!(
+        s.get_run("r").expect("meta"),
+        None,
+        "a refused append wrote its metadata"
+    );
+    s.submit(events("r", 2, vec![ev(2)]))
+        .await
+        .expect("append at the right seq");
     assert_eq!(s.next_seq("r").expect("next"), 3);
     // A compare-and-set without events: metadata conditional on the log.
     let mut cond = Append {
@@ -156,7 +162,10 @@ pub async fn cas_refuses_stale_writer<B: Backend>(b: &B) {
         meta: Some(meta("r", RunState::Completed)),
         ..Append::default()
     };
-    assert!(matches!(s.submit(cond.clone()).await, Err(StorageError::Conflict { .. })));
+    assert!(matches!(
+        s.submit(cond.clone()).await,
+        Err(StorageError::Conflict { .. })
+    ));
     cond.expected_seq = Some(3);
     s.submit(cond).await.expect("conditional metadata");
     assert_eq!(s.read_log("r").expect("read").len(), 3);
@@ -199,7 +208,9 @@ pub async fn batch_is_atomic<B: Backend>(b: &B) {
 /// number fails, every other one lands.
 pub async fn one_conflict_fails_only_itself<B: Backend>(b: &B) {
     let s = b.open().await;
-    s.submit(events("bad", 0, vec![started()])).await.expect("seed");
+    s.submit(events("bad", 0, vec![started()]))
+        .await
+        .expect("seed");
     let mut tickets = Vec::new();
     for i in 0..20u64 {
         let mut a = events(&format!("r{i:02}"), 0, vec![started(), ev(i)]);
@@ -211,7 +222,11 @@ pub async fn one_conflict_fails_only_itself<B: Backend>(b: &B) {
     }
     let results = futures_join(tickets).await;
     let failed: Vec<_> = results.iter().filter(|r| r.is_err()).collect();
-    assert_eq!(failed.len(), 1, "exactly the stale append fails: {results:?}");
+    assert_eq!(
+        failed.len(),
+        1,
+        "exactly the stale append fails: {results:?}"
+    );
     assert!(matches!(failed[0], Err(StorageError::Conflict { .. })));
     assert_eq!(s.list_runs().expect("runs").items.len(), 20);
     assert_eq!(s.read_log("bad").expect("log"), vec![started()]);
@@ -270,14 +285,19 @@ pub async fn reads_of_a_log<B: Backend>(b: &B) {
         .await
         .expect("append");
     // A run whose id extends another's reads none of its records.
-    s.submit(events("r2", 0, vec![ev(7)])).await.expect("append");
+    s.submit(events("r2", 0, vec![ev(7)]))
+        .await
+        .expect("append");
     assert_eq!(s.read_log("r").expect("log").len(), 4);
     assert_eq!(s.read_log_from("r", 2).expect("from"), vec![ev(2), ev(3)]);
     assert!(s.read_log_from("r", 9).expect("past the end").is_empty());
     let records = s.read_records("r", 1).expect("records");
     assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(records[0].event, ev(1));
-    assert!(records.iter().all(|r| r.at >= before), "append time recorded");
+    assert!(
+        records.iter().all(|r| r.at >= before),
+        "append time recorded"
+    );
     assert_eq!(s.last_event("r").expect("last"), Some((3, ev(3))));
     assert_eq!(s.next_seq("r").expect("next"), 4);
     let all = s.log_size("r", 0).expect("size");
@@ -330,9 +350,12 @@ pub async fn timers_in_due_order<B: Backend>(b: &B) {
     s.submit(add("b", vec![timer(300, "b", "x"), timer(5, "b", "y")]))
         .await
         .expect("timers");
-    s.submit(add("a", vec![timer(300, "a", "x"), timer(1 << 40, "a", "late")]))
-        .await
-        .expect("timers");
+    s.submit(add(
+        "a",
+        vec![timer(300, "a", "x"), timer(1 << 40, "a", "late")],
+    ))
+    .await
+    .expect("timers");
     let items = s.timers().expect("timers").items;
     assert_eq!(
         items,
@@ -356,14 +379,20 @@ pub async fn invalid_input_refused<B: Backend>(b: &B) {
     let s = b.open().await;
     for bad in ["", "a\0b"] {
         let r = s.submit(events(bad, 0, vec![ev(0)])).await;
-        assert!(matches!(r, Err(StorageError::InvalidRunId(_))), "{bad:?}: {r:?}");
+        assert!(
+            matches!(r, Err(StorageError::InvalidRunId(_))),
+            "{bad:?}: {r:?}"
+        );
     }
     let no_seq = Append {
         run_id: "r".into(),
         events: vec![ev(0)],
         ..Append::default()
     };
-    assert!(matches!(s.submit(no_seq).await, Err(StorageError::Encode(_))));
+    assert!(matches!(
+        s.submit(no_seq).await,
+        Err(StorageError::Encode(_))
+    ));
     let mut other = events("r", 0, vec![ev(0)]);
     other.meta = Some(meta("someone-else", RunState::Running));
     assert!(s.submit(other).await.is_err());
@@ -398,7 +427,9 @@ pub async fn close_and_reopen<B: Backend>(b: &B) {
     assert_eq!(s.read_log("r").expect("log"), vec![started(), ev(1), ev(2)]);
     assert_eq!(ids(&s.unfinished_runs().expect("active")), ["r"]);
     assert_eq!(s.timers().expect("timers").items, [timer(9, "r", "t")]);
-    s.submit(events("r", 3, vec![ev(3)])).await.expect("append after reopen");
+    s.submit(events("r", 3, vec![ev(3)]))
+        .await
+        .expect("append after reopen");
     s.close();
 }
 
@@ -422,11 +453,18 @@ pub async fn corruption_is_reported<B: Backend>(b: &B) {
     if !b.damage(log).await {
         return;
     }
-    assert!(b.damage(Damage::Meta { run_id: "bad-meta".into() }).await);
+    assert!(
+        b.damage(Damage::Meta {
+            run_id: "bad-meta".into()
+        })
+        .await
+    );
     assert!(b.damage(Damage::TimerKey).await);
     let s = b.open().await;
     match s.read_log("bad-log") {
-        Err(StorageError::Corrupt { run_id, seq, .. }) => assert_eq!((run_id.as_str(), seq), ("bad-log", 1)),
+        Err(StorageError::Corrupt { run_id, seq, .. }) => {
+            assert_eq!((run_id.as_str(), seq), ("bad-log", 1))
+        }
         other => panic!("a damaged record must be reported, got {other:?}"),
     }
     assert!(s.last_event("bad-log").is_err());
@@ -438,7 +476,10 @@ pub async fn corruption_is_reported<B: Backend>(b: &B) {
     assert_eq!(runs.corrupt[0].run_id.as_deref(), Some("bad-meta"));
     let active = s.unfinished_runs().expect("active");
     assert_eq!(active.corrupt.len(), 1);
-    assert!(matches!(s.get_run("bad-meta"), Err(StorageError::CorruptRecord(_))));
+    assert!(matches!(
+        s.get_run("bad-meta"),
+        Err(StorageError::CorruptRecord(_))
+    ));
     let timers = s.timers().expect("timers");
     assert_eq!(timers.items.len(), 3);
     assert_eq!(timers.corrupt.len(), 1);

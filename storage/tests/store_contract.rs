@@ -65,7 +65,9 @@ struct Mem {
 impl Backend for Mem {
     async fn open(&self) -> Arc<dyn Store> {
         let mut store = self.store.lock().expect("lock");
-        store.get_or_insert_with(|| Arc::new(MemStore::new())).clone()
+        store
+            .get_or_insert_with(|| Arc::new(MemStore::new()))
+            .clone()
     }
 
     fn persistent(&self) -> bool {

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The command that installs the server binaries on Debian and Ubuntu.
@@ -25,6 +25,9 @@ pub struct PgCluster {
 
 static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
 static NEXT_DB: AtomicU32 = AtomicU32::new(0);
+/// Whether a cluster started by [`cluster`] fsyncs (tests: no, they kill processes
+/// rather than machines; the benchmark: yes, it measures commits).
+pub static DURABLE: AtomicBool = AtomicBool::new(false);
 
 /// The shared cluster, started on first use.
 pub fn cluster() -> &'static PgCluster {
@@ -84,9 +87,14 @@ fn as_server_user() -> Vec<String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false);
     if root {
-        ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"]
-            .map(str::to_owned)
-            .to_vec()
+        [
+            "setpriv",
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+        ]
+        .map(str::to_owned)
+        .to_vec()
     } else {
         Vec::new()
     }
@@ -130,7 +138,15 @@ impl PgCluster {
         let out = initdb
             .arg("-D")
             .arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--no-locale"])
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--no-locale",
+            ])
             .output()
             .expect("run initdb");
         assert!(
@@ -150,7 +166,14 @@ impl PgCluster {
                 port.to_string(),
                 "-k".into(),
                 shell_quote(&dir.to_string_lossy()),
-                "-c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200".into(),
+                format!(
+                    "-c listen_addresses=127.0.0.1 -c fsync={} -c max_connections=200",
+                    if DURABLE.load(Ordering::SeqCst) {
+                        "on"
+                    } else {
+                        "off"
+                    }
+                ),
             ])
             .collect::<Vec<_>>()
             .join(" ");
@@ -208,9 +231,10 @@ fn ready(base: &str) -> bool {
 /// Runs `sql` on the server's `postgres` database.
 pub async fn admin(sql: &str) {
     let base = cluster().base.clone();
-    let (client, conn) = tokio_postgres::connect(&format!("{base}/postgres"), tokio_postgres::NoTls)
-        .await
-        .expect("connect to the server");
+    let (client, conn) =
+        tokio_postgres::connect(&format!("{base}/postgres"), tokio_postgres::NoTls)
+            .await
+            .expect("connect to the server");
     let task = tokio::spawn(conn);
     client.batch_execute(sql).await.expect(sql);
     drop(client);
