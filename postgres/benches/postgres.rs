@@ -10,7 +10,6 @@
 //! directory, or `REEL_PG_URL`. `REEL_BENCH_QUICK=1` scales both down to a smoke
 //! run. Figures are printed, not asserted.
 
-#[allow(dead_code, unreachable_pub)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -83,7 +83,7 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<(), StorageError> {
                 expected: format!("schema level {SCHEMA_VERSION}"),
             })?,
     };
-    if level > SCHEMA_VERSION || level < 0 {
+    if !(0..=SCHEMA_VERSION).contains(&level) {
         return Err(StorageError::IncompatibleFormat {
             found: format!("{FORMAT_VERSION}, schema level {level}"),
             expected: format!("{FORMAT_VERSION}, schema level {SCHEMA_VERSION} or lower"),

@@ -21,6 +21,9 @@ pub const INSTALL: &str = "apt-get install -y postgresql";
 pub struct PgCluster {
     /// URL of the server without a database name: `postgres://user@host:port`.
     pub base: String,
+    /// The watchdog shell serving the cluster started here (`None` for
+    /// `REEL_PG_URL`); it outlives this process by design and stops the server.
+    _watchdog: Option<std::process::Child>,
 }
 
 static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
@@ -34,6 +37,7 @@ pub fn cluster() -> &'static PgCluster {
     CLUSTER.get_or_init(|| match std::env::var("REEL_PG_URL") {
         Ok(url) if !url.is_empty() => PgCluster {
             base: strip_database(&url),
+            _watchdog: None,
         },
         // Off the test's runtime: starting waits with a runtime of its own.
         _ => std::thread::spawn(PgCluster::start)
@@ -187,7 +191,7 @@ impl PgCluster {
             pid = std::process::id(),
             dir = shell_quote(&dir.to_string_lossy()),
         );
-        Command::new("sh")
+        let watchdog = Command::new("sh")
             .args(["-c", &script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -207,7 +211,10 @@ impl PgCluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        PgCluster { base }
+        PgCluster {
+            base,
+            _watchdog: Some(watchdog),
+        }
     }
 }
 
