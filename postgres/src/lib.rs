@@ -49,9 +49,12 @@
 //! run in the batch, appends whose expected sequence does not match are answered
 //! with a conflict and left out, and the rest are written with one statement per
 //! table and one commit (`synchronous_commit = off` when no append in the batch is
-//! durable). If that transaction fails (a primary-key violation because another
-//! writer took a sequence number since the check), each append of the batch is
-//! retried in a transaction of its own, so only the losing append fails.
+//! durable). If that transaction fails on a primary-key violation (another writer
+//! took a sequence number since the check), each append of the batch is retried in
+//! a transaction of its own, so only the losing append fails. Any other failure is
+//! answered to the whole batch as [`StorageError::Io`](reel_storage::StorageError::Io)
+//! (after a connection lost during `COMMIT` the batch may have landed: a retry would
+//! misreport it).
 
 mod schema;
 mod store;

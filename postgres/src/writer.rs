@@ -86,7 +86,7 @@ async fn commit(pool: &Pool, pending: &mut Vec<Request>) {
                 let _ = req.reply.send(outcome);
             }
         }
-        Err(e) if pending.len() > 1 => {
+        Err(e @ StorageError::Conflict { .. }) if pending.len() > 1 => {
             tracing::debug!(error = %e, "reel-postgres: batch failed, writing its appends one by one");
             for req in pending.drain(..) {
                 let outcome = match write(&mut client, &[&req.append]).await {
@@ -132,14 +132,19 @@ impl CloneIo for StorageError {
 /// is for the transaction as a whole.
 async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<()>>> {
     let tx = client.transaction().await.map_err(|e| pg_err(&e))?;
-    if !appends.iter().any(|a| a.durable) {
-        // Still reaches the server (survives a crash of this process), made durable
-        // by the next synchronous commit, which is ordered after it.
-        tx.batch_execute("SET LOCAL synchronous_commit = off")
-            .await
-            .map_err(|e| pg_err(&e))?;
-    }
-    let mut next = next_seqs(&tx, appends).await?;
+    // Statements that do not depend on each other are issued together: the
+    // connection pipelines them, one round trip for the lot.
+    let lazy = async {
+        if !appends.iter().any(|a| a.durable) {
+            // Still reaches the server (survives a crash of this process), made
+            // durable by the next synchronous commit, which is ordered after it.
+            tx.batch_execute("SET LOCAL synchronous_commit = off")
+                .await
+                .map_err(|e| pg_err(&e))?;
+        }
+        Ok(())
+    };
+    let ((), mut next) = tokio::try_join!(lazy, next_seqs(&tx, appends))?;
     let mut outcomes = Vec::with_capacity(appends.len());
     let (mut log_runs, mut log_seqs, mut log_parts, mut log_records) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -178,21 +183,23 @@ async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<(
         }
         outcomes.push(Ok(()));
     }
-    if !log_runs.is_empty() {
-        tx.execute(
-            &tx_stmt(
-                &tx,
-                "INSERT INTO reel_log (run_id, seq, part, record) \
-             SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::bytea[])",
+    let log = async {
+        if !log_runs.is_empty() {
+            tx.execute(
+                &tx_stmt(
+                    &tx,
+                    "INSERT INTO reel_log (run_id, seq, part, record) \
+                     SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::bytea[])",
+                )
+                .await?,
+                &[&log_runs, &log_seqs, &log_parts, &log_records],
             )
-            .await?,
-            &[&log_runs, &log_seqs, &log_parts, &log_records],
-        )
-        .await
-        .map_err(|e| conflict_or_io(&e, appends))?;
-    }
-    write_meta(&tx, &metas).await?;
-    write_timers(&tx, &timers).await?;
+            .await
+            .map_err(|e| conflict_or_io(&e, appends))?;
+        }
+        Ok(())
+    };
+    tokio::try_join!(log, write_meta(&tx, &metas), write_timers(&tx, &timers))?;
     tx.commit().await.map_err(|e| pg_err(&e))?;
     Ok(outcomes)
 }
@@ -217,36 +224,41 @@ async fn next_seqs<'a>(
         .query(
             &tx_stmt(
                 tx,
-                "SELECT run_id, max(seq) + 1 FROM reel_log WHERE run_id = ANY($1) GROUP BY run_id",
+                // One backward index probe per run (a generic plan of `max(seq) ...
+                // GROUP BY` may scan the table), in the order of `runs`.
+                "SELECT (SELECT l.seq + 1 FROM reel_log l WHERE l.run_id = r.run_id \
+                 ORDER BY l.seq DESC LIMIT 1) \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS r(run_id, n) ORDER BY r.n",
             )
             .await?,
             &[&runs],
         )
         .await
         .map_err(|e| pg_err(&e))?;
-    for row in &rows {
-        let run: &str = row.get(0);
-        let seq: i64 = row.get(1);
-        if let Some(r) = runs.iter().find(|r| **r == run) {
-            next.insert(*r, u64::try_from(seq).unwrap_or(0));
-        }
+    for (run, row) in runs.iter().zip(&rows) {
+        let seq: Option<i64> = row.get(0);
+        next.insert(*run, seq.map_or(0, |s| u64::try_from(s).unwrap_or(0)));
     }
     Ok(next)
 }
 
 /// A duplicate sequence number means another writer won the race since the check:
-/// for a single append that is its conflict.
+/// a conflict, of the append itself when it was alone, and otherwise of the batch,
+/// whose appends are then retried one by one. (Only this error is retried: after
+/// any other, such as a connection lost during `COMMIT`, the batch may have landed,
+/// and a retry would report its own records as a conflict.)
 fn conflict_or_io(e: &tokio_postgres::Error, appends: &[&Encoded]) -> StorageError {
-    match (e.code(), appends) {
-        (Some(code), [a]) if *code == SqlState::UNIQUE_VIOLATION => {
-            let expected = a.expected_seq.unwrap_or(0);
-            StorageError::Conflict {
-                run_id: a.run_id.clone(),
-                expected,
-                actual: expected + 1,
-            }
-        }
-        _ => pg_err(e),
+    if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
+        return pg_err(e);
+    }
+    let (run_id, expected) = match appends {
+        [a] => (a.run_id.clone(), a.expected_seq.unwrap_or(0)),
+        _ => (String::new(), 0),
+    };
+    StorageError::Conflict {
+        run_id,
+        expected,
+        actual: expected + 1,
     }
 }
 
