@@ -30,6 +30,8 @@
 //!   (for tests of the layers above).
 //! - `clock`: [`Clock`] (the time a host reads and waits on), [`SystemClock`], and
 //!   [`Activity`], a host's gauge of work in flight.
+//! - `validation` (feature `validation`): the contract every backend passes, as
+//!   reusable checks run against fjall, [`MemStore`] and PostgreSQL.
 //! - `error`: [`StorageError`].
 
 mod clock;
@@ -46,6 +48,8 @@ mod scan;
 mod schedule;
 mod store;
 pub mod testing;
+#[cfg(feature = "validation")]
+pub mod validation;
 
 pub use clock::{Activity, Busy, Clock, Sleep, SystemClock, from_ms, to_ms};
 pub use error::StorageError;

@@ -1,0 +1,166 @@
+//! reel over PostgreSQL (`PgStore`) against raw inserts into the same database, in
+//! the same run: `cargo bench -p reel-postgres`.
+//!
+//! 1. sequential: one run of 1,000 no-op steps, time per step, against one
+//!    single-row `INSERT` committed on its own (one synchronous commit).
+//! 2. throughput: 1,000 runs x 10 steps started at once, durable events/s, against
+//!    batches of 2,048 ~100-byte rows inserted with one statement and one commit.
+//!
+//! The server is a private cluster (`initdb` + `postgres`, fsync on) in a temporary
+//! directory, or `REEL_PG_URL`. `REEL_BENCH_QUICK=1` scales both down to a smoke
+//! run. Figures are printed, not asserted.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use reel::{Ctx, Host, Workflow};
+use reel_postgres::PgStore;
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// `n` no-op steps, returns `n`.
+struct Steps;
+impl Workflow for Steps {
+    const NAME: &'static str = "bench-steps";
+    type Input = u32;
+    type Output = u32;
+    async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<u32> {
+        for _ in 0..n {
+            ctx.step("noop", |_| async { Ok::<_, String>(()) }).await?;
+        }
+        Ok(n)
+    }
+}
+
+async fn host(url: &str) -> BenchResult<Host> {
+    let store = PgStore::connect(url).await?;
+    Ok(Host::builder().store(store).register(Steps).build().await?)
+}
+
+async fn raw_client(url: &str) -> BenchResult<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS raw_log (run_id text, seq bigint, record bytea, \
+             PRIMARY KEY (run_id, seq))",
+        )
+        .await?;
+    Ok(client)
+}
+
+/// Per-step time of one run of `n` steps, and per-insert time of `n` raw commits.
+async fn sequential(url: &str, n: u32) -> BenchResult<(Duration, Duration)> {
+    let host = host(url).await?;
+    host.start::<Steps>("warmup", 10).await?.result().await?;
+    let start = Instant::now();
+    let out = host.start::<Steps>("sequential", n).await?.result().await?;
+    let reel = start.elapsed() / n;
+    assert_eq!(out, n);
+    host.shutdown().await?;
+
+    let client = raw_client(url).await?;
+    let insert = client
+        .prepare("INSERT INTO raw_log (run_id, seq, record) VALUES ($1, $2, $3)")
+        .await?;
+    let value = vec![7u8; 100];
+    let start = Instant::now();
+    for seq in 0..i64::from(n) {
+        client
+            .execute(&insert, &[&"sequential", &seq, &value])
+            .await?;
+    }
+    Ok((reel, start.elapsed() / n))
+}
+
+/// Durable events/s of `runs` runs of `steps` steps started at once, and of raw
+/// batches of 2,048 rows (the same number of rows).
+async fn throughput(url: &str, runs: usize, steps: u32) -> BenchResult<(f64, f64)> {
+    let host = std::sync::Arc::new(host(url).await?);
+    host.start::<Steps>("warmup", 1).await?.result().await?;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..runs)
+        .map(|i| {
+            let host = host.clone();
+            tokio::spawn(async move {
+                host.start::<Steps>(&format!("tp-{i}"), steps)
+                    .await?
+                    .result()
+                    .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await??, steps);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let per_run = host.handle::<Steps>("tp-0").events().await?.len();
+    let events = (runs * per_run) as f64;
+    let host = std::sync::Arc::try_unwrap(host).map_err(|_| "host still shared")?;
+    host.shutdown().await?;
+
+    let client = raw_client(url).await?;
+    let total = runs * per_run;
+    let value = vec![7u8; 100];
+    let start = Instant::now();
+    let mut seq = 0i64;
+    while (seq as usize) < total {
+        let n = 2_048.min(total - seq as usize);
+        let runs: Vec<String> = (0..n).map(|i| format!("raw-{}", i % 1000)).collect();
+        let seqs: Vec<i64> = (seq..seq + n as i64).collect();
+        let values: Vec<&[u8]> = (0..n).map(|_| value.as_slice()).collect();
+        client
+            .execute(
+                "INSERT INTO raw_log (run_id, seq, record) \
+                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])",
+                &[&runs, &seqs, &values],
+            )
+            .await?;
+        seq += n as i64;
+    }
+    Ok((
+        events / elapsed,
+        total as f64 / start.elapsed().as_secs_f64(),
+    ))
+}
+
+fn main() {
+    let quick = std::env::var("REEL_BENCH_QUICK").is_ok_and(|v| v != "0" && !v.is_empty());
+    let (seq_steps, runs) = if quick { (50, 50) } else { (1_000, 1_000) };
+    support::DURABLE.store(true, Ordering::SeqCst);
+    let base = support::cluster().base.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!(
+        "reel-postgres bench ({} mode) on {base}",
+        if quick { "quick" } else { "full" }
+    );
+    let result: BenchResult<()> = rt.block_on(async {
+        let url = support::database("bench_seq").await;
+        let (reel, raw) = sequential(&url, seq_steps).await?;
+        let url = support::database("bench_tp").await;
+        let (reel_tp, raw_tp) = throughput(&url, runs, 10).await?;
+        println!("| scenario | reel on Postgres | raw Postgres | ratio |");
+        println!("| --- | --- | --- | --- |");
+        println!(
+            "| sequential, {seq_steps} steps, per step | {:.3} ms | {:.3} ms per insert | {:.2}x |",
+            reel.as_secs_f64() * 1e3,
+            raw.as_secs_f64() * 1e3,
+            reel.as_secs_f64() / raw.as_secs_f64()
+        );
+        println!(
+            "| throughput, {runs} runs x 10 steps | {reel_tp:.0} events/s | {raw_tp:.0} rows/s (batches of 2,048) | {:.2}x |",
+            reel_tp / raw_tp
+        );
+        Ok(())
+    });
+    if let Err(e) = result {
+        eprintln!("bench failed: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,107 @@
+//! reel-postgres: reel's storage traits on PostgreSQL.
+//!
+//! [`PgStore`] implements every trait of `reel-storage` ([`LogWriter`](reel_storage::LogWriter),
+//! [`LogReader`](reel_storage::LogReader), [`MetaReader`](reel_storage::MetaReader),
+//! [`TimerReader`](reel_storage::TimerReader), [`Store`](reel_storage::Store)) with the
+//! semantics of the fjall backend: compare-and-set appends on the expected sequence
+//! number, one atomic transaction for a run's events, metadata, active-set entry and
+//! timer changes, group commit, corrupt records reported rather than fatal. A host
+//! uses it through `HostBuilder::store(store)`:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), reel_storage::StorageError> {
+//! let store = reel_postgres::PgStore::connect("postgres://reel@127.0.0.1/reel").await?;
+//! // reel::Host::builder().store(store).register(...).build().await
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - `schema`: the tables, their migrations and the format check ([`SCHEMA_VERSION`]).
+//! - `store`: [`PgStore`]: connection pool, sync reads, `close`.
+//! - `writer`: the group-commit writer task.
+//!
+//! # Tables
+//! - `reel_schema (key, value)`: `format` (the log format, [`reel_storage::FORMAT_VERSION`])
+//!   and `schema` (the migration level). A database written by a newer build is refused.
+//! - `reel_log (run_id, seq, part, record)`, primary key `(run_id, seq)`: the record
+//!   bytes are exactly fjall's (MessagePack `[appended at, event]`).
+//! - `reel_runs (run_id, part, meta)` and `reel_active (run_id, part, meta)`: metadata
+//!   of every run, and of unfinished runs only (recovery reads no finished run).
+//! - `reel_timers (key, run_id, part, fire_at)`: the due-time index; `key` is fjall's
+//!   timer key (big-endian due time, run id, NUL, timer id), so it sorts by due time.
+//!
+//! `part` is [`partition_of`] the run id, a stable hash into [`PARTITIONS`]
+//! partitions: the unit several hosts will share a database by.
+//!
+//! # Client
+//! `tokio-postgres` with a `deadpool-postgres` pool, driven by a small runtime the
+//! store owns. The store's reads are sync (the layers above call them from the
+//! blocking pool) and its writer is a task; with its own runtime one async driver
+//! serves both, a sync read from any thread (even a current-thread runtime's) never
+//! deadlocks, and the store outlives the runtime that created it (a host restarted
+//! on another runtime). The sync `postgres` crate would run a runtime per
+//! connection and panic inside async code; sqlx brings a much larger build for
+//! nothing used here.
+//!
+//! # Group commit and compare-and-set
+//! Every append goes through a channel to one writer task, which drains what is
+//! queued into one transaction: one query reads the next sequence number of every
+//! run in the batch, appends whose expected sequence does not match are answered
+//! with a conflict and left out, and the rest are written with one statement per
+//! table and one commit (`synchronous_commit = off` when no append in the batch is
+//! durable). If that transaction fails on a primary-key violation (another writer
+//! took a sequence number since the check), each append of the batch is retried in
+//! a transaction of its own, so only the losing append fails. Any other failure is
+//! answered to the whole batch as [`StorageError::Io`](reel_storage::StorageError::Io)
+//! (after a connection lost during `COMMIT` the batch may have landed: a retry would
+//! misreport it).
+
+mod schema;
+mod store;
+mod writer;
+
+pub use schema::SCHEMA_VERSION;
+pub use store::PgStore;
+
+/// How many partitions run ids hash into (the `part` column).
+pub const PARTITIONS: u32 = 256;
+
+/// The partition of a run: FNV-1a of the run id modulo [`PARTITIONS`], stable across
+/// builds and platforms.
+pub fn partition_of(run_id: &str) -> i16 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in run_id.as_bytes() {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    i16::try_from(h % PARTITIONS).unwrap_or(0)
+}
+
+/// A tokio-postgres error as a storage error: the server's message when there is one.
+pub(crate) fn pg_err(e: &tokio_postgres::Error) -> reel_storage::StorageError {
+    match e.as_db_error() {
+        Some(db) => reel_storage::StorageError::Io(format!(
+            "postgres: {} ({})",
+            db.message(),
+            db.code().code()
+        )),
+        None => reel_storage::StorageError::Io(format!("postgres: {e}")),
+    }
+}
+
+/// A prepared statement from the connection's cache: one round trip per execution
+/// instead of two.
+pub(crate) async fn stmt(
+    c: &deadpool_postgres::ClientWrapper,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, reel_storage::StorageError> {
+    c.prepare_cached(sql).await.map_err(|e| pg_err(&e))
+}
+
+/// [`stmt`] inside a transaction.
+pub(crate) async fn tx_stmt(
+    tx: &deadpool_postgres::Transaction<'_>,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, reel_storage::StorageError> {
+    tx.prepare_cached(sql).await.map_err(|e| pg_err(&e))
+}

@@ -1,0 +1,112 @@
+//! The tables and their migrations, and the format check made on every connect.
+
+use reel_storage::{FORMAT_VERSION, StorageError};
+use tokio_postgres::Client;
+
+use crate::pg_err;
+
+/// The migration level this build creates and reads. A database at a higher level
+/// was written by a newer build and is refused.
+pub const SCHEMA_VERSION: i32 = 2;
+
+/// Migration `i` takes the schema from level `i` to `i + 1`.
+const MIGRATIONS: [&str; 2] = [
+    r#"
+CREATE TABLE reel_log (
+    run_id text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    part smallint NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE reel_runs (
+    run_id text COLLATE "C" PRIMARY KEY,
+    part smallint NOT NULL,
+    meta bytea NOT NULL
+);
+CREATE TABLE reel_active (
+    run_id text COLLATE "C" PRIMARY KEY,
+    part smallint NOT NULL,
+    meta bytea NOT NULL
+);
+CREATE INDEX reel_active_part ON reel_active (part);
+CREATE TABLE reel_timers (
+    key bytea PRIMARY KEY,
+    run_id text COLLATE "C" NOT NULL,
+    part smallint NOT NULL,
+    fire_at bigint NOT NULL
+);
+CREATE INDEX reel_timers_part ON reel_timers (part, key);
+"#,
+    r#"
+CREATE TABLE reel_schedules (
+    id text COLLATE "C" PRIMARY KEY,
+    record bytea NOT NULL
+);
+"#,
+];
+
+/// An arbitrary constant: the advisory lock held while the schema is checked, so
+/// that two stores connecting at once do not both migrate.
+const LOCK: i64 = 0x7265_656c_5f73_6368;
+
+/// Creates or upgrades the tables and checks the format marker.
+///
+/// # Errors
+/// [`StorageError::IncompatibleFormat`] for a database of another log format or a
+/// newer schema; [`StorageError::Io`] for the server.
+pub(crate) async fn migrate(client: &mut Client) -> Result<(), StorageError> {
+    let tx = client.transaction().await.map_err(|e| pg_err(&e))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
+        .await
+        .map_err(|e| pg_err(&e))?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS reel_schema (key text PRIMARY KEY, value text NOT NULL)",
+    )
+    .await
+    .map_err(|e| pg_err(&e))?;
+    let rows = tx
+        .query("SELECT key, value FROM reel_schema", &[])
+        .await
+        .map_err(|e| pg_err(&e))?;
+    let value = |k: &str| {
+        rows.iter()
+            .find(|r| r.get::<_, &str>(0) == k)
+            .map(|r| r.get::<_, String>(1))
+    };
+    if let Some(found) = value("format")
+        && found != FORMAT_VERSION
+    {
+        return Err(StorageError::IncompatibleFormat {
+            found,
+            expected: FORMAT_VERSION.to_owned(),
+        });
+    }
+    let level = match value("schema") {
+        None => 0,
+        Some(v) => v
+            .parse::<i32>()
+            .map_err(|_| StorageError::IncompatibleFormat {
+                found: format!("schema level `{v}`"),
+                expected: format!("schema level {SCHEMA_VERSION}"),
+            })?,
+    };
+    if !(0..=SCHEMA_VERSION).contains(&level) {
+        return Err(StorageError::IncompatibleFormat {
+            found: format!("{FORMAT_VERSION}, schema level {level}"),
+            expected: format!("{FORMAT_VERSION}, schema level {SCHEMA_VERSION} or lower"),
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(level as usize) {
+        tracing::info!(level = i + 1, "reel-postgres: migrating the schema");
+        tx.batch_execute(sql).await.map_err(|e| pg_err(&e))?;
+    }
+    tx.execute(
+        "INSERT INTO reel_schema (key, value) VALUES ('format', $1), ('schema', $2) \
+         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        &[&FORMAT_VERSION, &SCHEMA_VERSION.to_string()],
+    )
+    .await
+    .map_err(|e| pg_err(&e))?;
+    tx.commit().await.map_err(|e| pg_err(&e))
+}

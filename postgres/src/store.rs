@@ -1,0 +1,530 @@
+//! [`PgStore`]: the pool, the runtime that drives it, the sync reads and `close`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock};
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use reel_storage::listing::{ListCursor, MetaPage, RunQuery, page_of_sorted};
+use reel_storage::{
+    Append, CommitListener, Event, LogReader, LogSize, LogWriter, MetaReader, Record, Result,
+    RunMeta, Scan, ScheduleRecord, ScheduleStore, StatusKind, StorageError, Store, Ticket,
+    TimerEntry, TimerReader, decode_timer_key,
+};
+use tokio::runtime::{Handle, Runtime};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::NoTls;
+
+use crate::writer::{Encoded, Listener, Request, writer_loop};
+use crate::{pg_err, schema, stmt};
+
+/// Connections of the pool: the writer holds one, reads share the rest.
+const POOL_SIZE: usize = 8;
+
+/// The PostgreSQL implementation of [`Store`].
+pub struct PgStore {
+    runtime: Mutex<Option<Runtime>>,
+    handle: Handle,
+    pool: Pool,
+    tx: Mutex<Option<mpsc::UnboundedSender<Request>>>,
+    writer_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    listener: Listener,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db` or
+    /// the `key=value` form), creates or upgrades reel's tables and starts the
+    /// writer.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] when the URL does not parse or the server cannot be
+    /// reached; [`StorageError::IncompatibleFormat`] for a database written by
+    /// another log format or a newer schema.
+    pub async fn connect(url: &str) -> Result<Arc<PgStore>> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| StorageError::Io(format!("postgres URL: {e}")))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("reel-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| StorageError::Io(e.to_string()))?;
+        let handle = runtime.handle().clone();
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .build()
+            .map_err(|e| StorageError::Io(e.to_string()))?;
+        let setup = {
+            let pool = pool.clone();
+            handle.spawn(async move {
+                let mut client = get(&pool).await?;
+                schema::migrate(&mut client).await
+            })
+        };
+        let outcome = match setup.await {
+            Ok(r) => r,
+            Err(e) => Err(StorageError::Io(e.to_string())),
+        };
+        if let Err(e) = outcome {
+            runtime.shutdown_background();
+            return Err(e);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let writer_pool = pool.clone();
+        let listener: Listener = Arc::new(RwLock::new(None));
+        let writer_listener = listener.clone();
+        handle.spawn(async move {
+            writer_loop(writer_pool, rx, writer_listener).await;
+            let _ = done_tx.send(());
+        });
+        Ok(Arc::new(PgStore {
+            runtime: Mutex::new(Some(runtime)),
+            handle,
+            pool,
+            tx: Mutex::new(Some(tx)),
+            writer_done: Mutex::new(Some(done_rx)),
+            listener,
+        }))
+    }
+
+    /// Runs `f` with a pooled connection on the store's runtime and waits for it;
+    /// works from any thread.
+    fn block<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Object) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T>> + Send,
+    {
+        if self.tx.lock().map_err(|_| StorageError::Closed)?.is_none() {
+            return Err(StorageError::Closed);
+        }
+        let (reply, answer) = std::sync::mpsc::channel();
+        let pool = self.pool.clone();
+        self.handle.spawn(async move {
+            let result = match get(&pool).await {
+                Ok(client) => f(client).await,
+                Err(e) => Err(e),
+            };
+            let _ = reply.send(result);
+        });
+        answer.recv().unwrap_or(Err(StorageError::Closed))
+    }
+}
+
+/// A connection from the pool.
+pub(crate) async fn get(pool: &Pool) -> Result<Object> {
+    pool.get().await.map_err(|e| match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_err(&e),
+        deadpool_postgres::PoolError::Closed => StorageError::Closed,
+        e => StorageError::Io(format!("postgres pool: {e}")),
+    })
+}
+
+/// A sequence number as stored (`bigint`).
+pub(crate) fn seq_sql(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+fn seq_rust(seq: i64) -> u64 {
+    u64::try_from(seq).unwrap_or(0)
+}
+
+impl LogWriter for PgStore {
+    fn set_commit_listener(&self, listener: Arc<dyn CommitListener>) {
+        if let Ok(mut l) = self.listener.write() {
+            *l = Some(listener);
+        }
+    }
+
+    /// One transaction: the sequence check, then every row of the run.
+    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
+        if let Err(e) = reel_storage::check_run_id(run_id) {
+            return Ticket::ready(Err(e));
+        }
+        if self.tx.lock().map(|t| t.is_none()).unwrap_or(true) {
+            return Ticket::ready(Err(StorageError::Closed));
+        }
+        let (reply, rx) = oneshot::channel();
+        let pool = self.pool.clone();
+        let listener = self.listener.clone();
+        let run = run_id.to_owned();
+        let keys: Vec<Vec<u8>> = remove_timers
+            .iter()
+            .map(reel_storage::encode_timer_key)
+            .collect();
+        self.handle.spawn(async move {
+            let outcome = async {
+                let mut c = get(&pool).await?;
+                let tx = c.transaction().await.map_err(|e| pg_err(&e))?;
+                let row = tx
+                    .query_one(
+                        "SELECT coalesce(max(seq) + 1, 0) FROM reel_log WHERE run_id = $1",
+                        &[&run],
+                    )
+                    .await
+                    .map_err(|e| pg_err(&e))?;
+                let actual = seq_rust(row.get(0));
+                if actual != expected_seq {
+                    return Err(StorageError::Conflict {
+                        run_id: run.clone(),
+                        expected: expected_seq,
+                        actual,
+                    });
+                }
+                for sql in [
+                    "DELETE FROM reel_log WHERE run_id = $1",
+                    "DELETE FROM reel_runs WHERE run_id = $1",
+                    "DELETE FROM reel_active WHERE run_id = $1",
+                ] {
+                    tx.execute(sql, &[&run]).await.map_err(|e| pg_err(&e))?;
+                }
+                tx.execute("DELETE FROM reel_timers WHERE key = ANY($1)", &[&keys])
+                    .await
+                    .map_err(|e| pg_err(&e))?;
+                tx.commit().await.map_err(|e| pg_err(&e))
+            }
+            .await;
+            if outcome.is_ok()
+                && let Some(l) = listener.read().ok().and_then(|l| l.clone())
+                && l.wants()
+            {
+                l.grew(&run, 0);
+            }
+            let _ = reply.send(outcome);
+        });
+        Ticket::pending(rx)
+    }
+
+    fn submit(&self, append: Append) -> Ticket {
+        let append = match Encoded::new(append) {
+            Ok(a) => a,
+            Err(e) => return Ticket::ready(Err(e)),
+        };
+        let (reply, rx) = oneshot::channel();
+        let Ok(guard) = self.tx.lock() else {
+            return Ticket::ready(Err(StorageError::Closed));
+        };
+        match guard.as_ref() {
+            Some(tx) if tx.send(Request { append, reply }).is_ok() => Ticket::pending(rx),
+            _ => Ticket::ready(Err(StorageError::Closed)),
+        }
+    }
+}
+
+impl LogReader for PgStore {
+    fn read_log(&self, run_id: &str) -> Result<Vec<Event>> {
+        self.read_log_from(run_id, 0)
+    }
+
+    fn read_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Event>> {
+        Ok(self
+            .read_records(run_id, from)?
+            .into_iter()
+            .map(|r| r.event)
+            .collect())
+    }
+
+    fn read_records(&self, run_id: &str, from: u64) -> Result<Vec<Record>> {
+        let run = run_id.to_owned();
+        self.block(move |c| async move {
+            let rows = c
+                .query(
+                    &stmt(
+                        &c,
+                        "SELECT seq, record FROM reel_log WHERE run_id = $1 AND seq >= $2 \
+                     ORDER BY seq",
+                    )
+                    .await?,
+                    &[&run, &seq_sql(from)],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            let mut records = Vec::with_capacity(rows.len());
+            for (next, row) in (from..).zip(&rows) {
+                let seq = seq_rust(row.get(0));
+                if seq != next {
+                    return Err(StorageError::Corrupt {
+                        run_id: run,
+                        seq: next,
+                        reason: format!("missing record (next present is {seq})"),
+                    });
+                }
+                records.push(Record::decode(row.get(1), &run, seq)?);
+            }
+            Ok(records)
+        })
+    }
+
+    fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize> {
+        let run = run_id.to_owned();
+        self.block(move |c| async move {
+            // Bytes as fjall counts them: key (run id, NUL, 8-byte sequence) + value.
+            let row = c
+                .query_one(
+                    &stmt(
+                        &c,
+                        "SELECT count(*), coalesce(sum(octet_length(record) + octet_length(run_id) \
+                     + 9), 0)::bigint FROM reel_log WHERE run_id = $1 AND seq >= $2",
+                    )
+                    .await?,
+                    &[&run, &seq_sql(from)],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            Ok(LogSize {
+                events: seq_rust(row.get(0)),
+                bytes: seq_rust(row.get(1)),
+            })
+        })
+    }
+
+    fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {
+        let run = run_id.to_owned();
+        self.block(move |c| async move {
+            let row = c.query_opt(
+                    &stmt(&c, "SELECT seq, record FROM reel_log WHERE run_id = $1 ORDER BY seq DESC LIMIT 1").await?,
+                    &[&run],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            match row {
+                None => Ok(None),
+                Some(row) => {
+                    let seq = seq_rust(row.get(0));
+                    Ok(Some((seq, Record::decode(row.get(1), &run, seq)?.event)))
+                }
+            }
+        })
+    }
+
+    fn next_seq(&self, run_id: &str) -> Result<u64> {
+        let run = run_id.to_owned();
+        self.block(move |c| async move {
+            let row = c
+                .query_one(
+                    &stmt(
+                        &c,
+                        "SELECT coalesce(max(seq) + 1, 0) FROM reel_log WHERE run_id = $1",
+                    )
+                    .await?,
+                    &[&run],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            Ok(seq_rust(row.get(0)))
+        })
+    }
+}
+
+/// Decodes `(run_id, meta)` rows of `reel_runs` or `reel_active`; one that does not
+/// decode is reported, not fatal.
+fn scan_meta(keyspace: &str, rows: &[tokio_postgres::Row]) -> Scan<RunMeta> {
+    let mut scan = Scan::default();
+    for row in rows {
+        let run: &str = row.get(0);
+        match RunMeta::decode(keyspace, run.as_bytes(), row.get(1)) {
+            Ok(meta) => scan.items.push(meta),
+            Err(bad) => {
+                tracing::error!(record = %bad, "reel: skipping a corrupt metadata record");
+                scan.corrupt.push(bad);
+            }
+        }
+    }
+    scan
+}
+
+impl MetaReader for PgStore {
+    fn get_run(&self, run_id: &str) -> Result<Option<RunMeta>> {
+        let run = run_id.to_owned();
+        self.block(move |c| async move {
+            let row = c
+                .query_opt(
+                    &stmt(&c, "SELECT meta FROM reel_runs WHERE run_id = $1").await?,
+                    &[&run],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            row.map(|r| {
+                RunMeta::decode("runs", run.as_bytes(), r.get(0))
+                    .map_err(StorageError::CorruptRecord)
+            })
+            .transpose()
+        })
+    }
+
+    fn list_runs(&self) -> Result<Scan<RunMeta>> {
+        self.block(|c| async move {
+            let rows = c
+                .query(
+                    &stmt(&c, "SELECT run_id, meta FROM reel_runs ORDER BY run_id").await?,
+                    &[],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            Ok(scan_meta("runs", &rows))
+        })
+    }
+
+    /// Reads and sorts every run's metadata: `reel-postgres` keeps no listing
+    /// index yet, so a page costs a scan of the runs table (the fjall store's does
+    /// not).
+    fn list_page(&self, query: &RunQuery) -> Result<MetaPage> {
+        let mut scan = self.list_runs()?;
+        let mut rows: Vec<RunMeta> = std::mem::take(&mut scan.items)
+            .into_iter()
+            .filter(|m| query.is_past_cursor(&ListCursor::of(m)))
+            .collect();
+        rows.sort_by(|a, b| query.order(&ListCursor::of(a), &ListCursor::of(b)));
+        let mut page = page_of_sorted(query, rows.into_iter());
+        page.corrupt = scan.corrupt;
+        Ok(page)
+    }
+
+    /// Counts by a scan of the runs table (no counters kept yet on Postgres).
+    fn count_by_status(&self) -> Result<BTreeMap<StatusKind, u64>> {
+        let scan = self.list_runs()?;
+        let mut counts: BTreeMap<StatusKind, u64> =
+            StatusKind::ALL.into_iter().map(|k| (k, 0)).collect();
+        for m in &scan.items {
+            *counts.entry(m.state.kind()).or_default() += 1;
+        }
+        Ok(counts)
+    }
+
+    fn unfinished_runs(&self) -> Result<Scan<RunMeta>> {
+        self.block(|c| async move {
+            let rows = c
+                .query(
+                    &stmt(&c, "SELECT run_id, meta FROM reel_active ORDER BY run_id").await?,
+                    &[],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            Ok(scan_meta("active", &rows))
+        })
+    }
+}
+
+impl ScheduleStore for PgStore {
+    fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<()> {
+        let id = schedule.id.clone();
+        let bytes = schedule.encode()?;
+        self.block(move |c| async move {
+            c.execute(
+                "INSERT INTO reel_schedules (id, record) VALUES ($1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
+                &[&id, &bytes],
+            )
+            .await
+            .map_err(|e| pg_err(&e))?;
+            Ok(())
+        })
+    }
+
+    fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
+        let id = id.to_owned();
+        self.block(move |c| async move {
+            let row = c
+                .query_opt("SELECT record FROM reel_schedules WHERE id = $1", &[&id])
+                .await
+                .map_err(|e| pg_err(&e))?;
+            row.map(|r| ScheduleRecord::decode(&id, r.get(0)))
+                .transpose()
+        })
+    }
+
+    fn delete_schedule(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.block(move |c| async move {
+            c.execute("DELETE FROM reel_schedules WHERE id = $1", &[&id])
+                .await
+                .map_err(|e| pg_err(&e))?;
+            Ok(())
+        })
+    }
+
+    fn list_schedules(&self) -> Result<Vec<ScheduleRecord>> {
+        self.block(|c| async move {
+            let rows = c
+                .query("SELECT id, record FROM reel_schedules ORDER BY id", &[])
+                .await
+                .map_err(|e| pg_err(&e))?;
+            rows.iter()
+                .map(|r| ScheduleRecord::decode(r.get(0), r.get(1)))
+                .collect()
+        })
+    }
+}
+
+impl TimerReader for PgStore {
+    fn timers(&self) -> Result<Scan<TimerEntry>> {
+        self.block(|c| async move {
+            let rows = c
+                .query(
+                    &stmt(&c, "SELECT key FROM reel_timers ORDER BY key").await?,
+                    &[],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            let mut scan = Scan::default();
+            for row in &rows {
+                match decode_timer_key(row.get(0)) {
+                    Ok(t) => scan.items.push(t),
+                    Err(bad) => {
+                        tracing::error!(record = %bad, "reel: skipping a corrupt timer key");
+                        scan.corrupt.push(bad);
+                    }
+                }
+            }
+            Ok(scan)
+        })
+    }
+}
+
+impl Store for PgStore {
+    /// PostgreSQL's autovacuum gives the space of deleted rows back to the table;
+    /// nothing to do here.
+    fn reclaim(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn close(&self) {
+        // Dropping the sender ends the writer once the queue is drained.
+        if let Ok(mut tx) = self.tx.lock() {
+            tx.take();
+        }
+        if let Ok(mut done) = self.writer_done.lock()
+            && let Some(done) = done.take()
+        {
+            let _ = done.recv();
+        }
+        self.pool.close();
+        if let Ok(mut rt) = self.runtime.lock()
+            && let Some(rt) = rt.take()
+        {
+            // Never blocks, so closing from async code is fine.
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

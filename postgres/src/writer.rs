@@ -1,0 +1,414 @@
+//! The group-commit writer: drains the queue, writes every append it took in one
+//! transaction, answers each caller.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use deadpool_postgres::Pool;
+use deadpool_postgres::{Object, Transaction};
+use reel_storage::{Append, CommitListener, Record, Result, StorageError, encode_timer_key};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::error::SqlState;
+
+use crate::store::{get, seq_sql};
+use crate::{partition_of, pg_err, tx_stmt};
+
+const MAX_BATCH: usize = 4096;
+
+pub(crate) struct Request {
+    pub(crate) append: Encoded,
+    pub(crate) reply: oneshot::Sender<Result<()>>,
+}
+
+/// An append with its records and metadata encoded (on the caller's thread).
+pub(crate) struct Encoded {
+    run_id: String,
+    expected_seq: Option<u64>,
+    records: Vec<Vec<u8>>,
+    /// Encoded metadata and whether the run has finished.
+    meta: Option<(Vec<u8>, bool)>,
+    add_timers: Vec<(Vec<u8>, String, u64)>,
+    remove_timers: Vec<Vec<u8>>,
+    durable: bool,
+}
+
+impl Encoded {
+    /// The run and the sequence number its log ends before once this lands, for
+    /// an append with records.
+    fn grows(&self) -> Option<(String, u64)> {
+        let first = self.expected_seq?;
+        (!self.records.is_empty()).then(|| (self.run_id.clone(), first + self.records.len() as u64))
+    }
+
+    pub(crate) fn new(append: Append) -> Result<Encoded> {
+        append.validate()?;
+        let at = append.at.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        });
+        let records = append
+            .events
+            .iter()
+            .map(|e| Record::encode(e, at))
+            .collect::<Result<Vec<_>>>()?;
+        let meta = match &append.meta {
+            Some(m) => Some((m.encode()?, m.state.is_finished())),
+            None => None,
+        };
+        Ok(Encoded {
+            records,
+            meta,
+            add_timers: append
+                .add_timers
+                .iter()
+                .map(|t| (encode_timer_key(t), t.run_id.clone(), t.fire_at))
+                .collect(),
+            remove_timers: append.remove_timers.iter().map(encode_timer_key).collect(),
+            expected_seq: append.expected_seq,
+            durable: append.durable,
+            run_id: append.run_id,
+        })
+    }
+}
+
+/// Who the writer tells which logs a commit grew.
+pub(crate) type Listener = Arc<RwLock<Option<Arc<dyn CommitListener>>>>;
+
+pub(crate) async fn writer_loop(
+    pool: Pool,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    listener: Listener,
+) {
+    let mut pending = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut pending, MAX_BATCH).await > 0 {
+        let watching = listener
+            .read()
+            .ok()
+            .and_then(|l| l.clone())
+            .filter(|l| l.wants());
+        // What each append would grow its log to, told once it landed.
+        let grows: Vec<Option<(String, u64)>> = match &watching {
+            Some(_) => pending.iter().map(|r| r.append.grows()).collect(),
+            None => Vec::new(),
+        };
+        let (replies, answers): (Vec<_>, Vec<_>) = std::mem::take(&mut pending)
+            .into_iter()
+            .map(|r| {
+                let (tx, rx) = oneshot::channel();
+                (
+                    r.reply,
+                    (
+                        Request {
+                            append: r.append,
+                            reply: tx,
+                        },
+                        rx,
+                    ),
+                )
+            })
+            .unzip();
+        let (mut requests, receivers): (Vec<_>, Vec<_>) = answers.into_iter().unzip();
+        commit(&pool, &mut requests).await;
+        for (i, (reply, rx)) in replies.into_iter().zip(receivers).enumerate() {
+            let outcome = rx.await.unwrap_or(Err(StorageError::Closed));
+            if outcome.is_ok()
+                && let (Some(l), Some(Some((run_id, next)))) = (&watching, grows.get(i))
+            {
+                l.grew(run_id, *next);
+            }
+            let _ = reply.send(outcome);
+        }
+    }
+}
+
+async fn commit(pool: &Pool, pending: &mut Vec<Request>) {
+    let mut client = match get(pool).await {
+        Ok(c) => c,
+        Err(e) => {
+            for req in pending.drain(..) {
+                let _ = req.reply.send(Err(e.clone_io()));
+            }
+            return;
+        }
+    };
+    let appends: Vec<&Encoded> = pending.iter().map(|r| &r.append).collect();
+    match write(&mut client, &appends).await {
+        Ok(outcomes) => {
+            for (req, outcome) in pending.drain(..).zip(outcomes) {
+                let _ = req.reply.send(outcome);
+            }
+        }
+        Err(e @ StorageError::Conflict { .. }) if pending.len() > 1 => {
+            tracing::debug!(error = %e, "reel-postgres: batch failed, writing its appends one by one");
+            for req in pending.drain(..) {
+                let outcome = match write(&mut client, &[&req.append]).await {
+                    Ok(mut o) => o.pop().unwrap_or(Ok(())),
+                    Err(e) => Err(e),
+                };
+                let _ = req.reply.send(outcome);
+            }
+        }
+        Err(e) => {
+            for req in pending.drain(..) {
+                let _ = req.reply.send(Err(e.clone_io()));
+            }
+        }
+    }
+}
+
+/// Clones the errors the writer answers several callers with.
+trait CloneIo {
+    fn clone_io(&self) -> StorageError;
+}
+
+impl CloneIo for StorageError {
+    fn clone_io(&self) -> StorageError {
+        match self {
+            StorageError::Closed => StorageError::Closed,
+            StorageError::Conflict {
+                run_id,
+                expected,
+                actual,
+            } => StorageError::Conflict {
+                run_id: run_id.clone(),
+                expected: *expected,
+                actual: *actual,
+            },
+            e => StorageError::Io(e.to_string()),
+        }
+    }
+}
+
+/// Writes `appends` in one transaction. Appends whose expected sequence number does
+/// not match get a conflict in their slot of the answer and are left out; the error
+/// is for the transaction as a whole.
+async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<()>>> {
+    let tx = client.transaction().await.map_err(|e| pg_err(&e))?;
+    // Statements that do not depend on each other are issued together: the
+    // connection pipelines them, one round trip for the lot.
+    let lazy = async {
+        if !appends.iter().any(|a| a.durable) {
+            // Still reaches the server (survives a crash of this process), made
+            // durable by the next synchronous commit, which is ordered after it.
+            tx.batch_execute("SET LOCAL synchronous_commit = off")
+                .await
+                .map_err(|e| pg_err(&e))?;
+        }
+        Ok(())
+    };
+    let ((), mut next) = tokio::try_join!(lazy, next_seqs(&tx, appends))?;
+    let mut outcomes = Vec::with_capacity(appends.len());
+    let (mut log_runs, mut log_seqs, mut log_parts, mut log_records) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // The last metadata of each run in the batch, and each timer key's final presence:
+    // the same end state as applying the appends one after the other.
+    let mut metas: BTreeMap<&str, &(Vec<u8>, bool)> = BTreeMap::new();
+    let mut timers: HashMap<&[u8], Option<(&str, u64)>> = HashMap::new();
+    for a in appends {
+        if let Some(expected) = a.expected_seq {
+            let actual = next.get(a.run_id.as_str()).copied().unwrap_or(0);
+            if actual != expected {
+                outcomes.push(Err(StorageError::Conflict {
+                    run_id: a.run_id.clone(),
+                    expected,
+                    actual,
+                }));
+                continue;
+            }
+            let part = partition_of(&a.run_id);
+            for (i, record) in a.records.iter().enumerate() {
+                log_runs.push(a.run_id.as_str());
+                log_seqs.push(seq_sql(expected + i as u64));
+                log_parts.push(part);
+                log_records.push(record.as_slice());
+            }
+            next.insert(a.run_id.as_str(), expected + a.records.len() as u64);
+        }
+        if let Some(meta) = &a.meta {
+            metas.insert(a.run_id.as_str(), meta);
+        }
+        for key in &a.remove_timers {
+            timers.insert(key.as_slice(), None);
+        }
+        for (key, run, fire_at) in &a.add_timers {
+            timers.insert(key.as_slice(), Some((run.as_str(), *fire_at)));
+        }
+        outcomes.push(Ok(()));
+    }
+    let log = async {
+        if !log_runs.is_empty() {
+            tx.execute(
+                &tx_stmt(
+                    &tx,
+                    "INSERT INTO reel_log (run_id, seq, part, record) \
+                     SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::bytea[])",
+                )
+                .await?,
+                &[&log_runs, &log_seqs, &log_parts, &log_records],
+            )
+            .await
+            .map_err(|e| conflict_or_io(&e, appends))?;
+        }
+        Ok(())
+    };
+    tokio::try_join!(log, write_meta(&tx, &metas), write_timers(&tx, &timers))?;
+    tx.commit().await.map_err(|e| pg_err(&e))?;
+    Ok(outcomes)
+}
+
+/// The next sequence number of every run the batch appends events to.
+async fn next_seqs<'a>(
+    tx: &Transaction<'_>,
+    appends: &[&'a Encoded],
+) -> Result<HashMap<&'a str, u64>> {
+    let mut runs: Vec<&str> = appends
+        .iter()
+        .filter(|a| a.expected_seq.is_some())
+        .map(|a| a.run_id.as_str())
+        .collect();
+    runs.sort_unstable();
+    runs.dedup();
+    let mut next = HashMap::with_capacity(runs.len());
+    if runs.is_empty() {
+        return Ok(next);
+    }
+    let rows = tx
+        .query(
+            &tx_stmt(
+                tx,
+                // One backward index probe per run (a generic plan of `max(seq) ...
+                // GROUP BY` may scan the table), in the order of `runs`.
+                "SELECT (SELECT l.seq + 1 FROM reel_log l WHERE l.run_id = r.run_id \
+                 ORDER BY l.seq DESC LIMIT 1) \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS r(run_id, n) ORDER BY r.n",
+            )
+            .await?,
+            &[&runs],
+        )
+        .await
+        .map_err(|e| pg_err(&e))?;
+    for (run, row) in runs.iter().zip(&rows) {
+        let seq: Option<i64> = row.get(0);
+        next.insert(*run, seq.map_or(0, |s| u64::try_from(s).unwrap_or(0)));
+    }
+    Ok(next)
+}
+
+/// A duplicate sequence number means another writer won the race since the check:
+/// a conflict, of the append itself when it was alone, and otherwise of the batch,
+/// whose appends are then retried one by one. (Only this error is retried: after
+/// any other, such as a connection lost during `COMMIT`, the batch may have landed,
+/// and a retry would report its own records as a conflict.)
+fn conflict_or_io(e: &tokio_postgres::Error, appends: &[&Encoded]) -> StorageError {
+    if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
+        return pg_err(e);
+    }
+    let (run_id, expected) = match appends {
+        [a] => (a.run_id.clone(), a.expected_seq.unwrap_or(0)),
+        _ => (String::new(), 0),
+    };
+    StorageError::Conflict {
+        run_id,
+        expected,
+        actual: expected + 1,
+    }
+}
+
+async fn write_meta(tx: &Transaction<'_>, metas: &BTreeMap<&str, &(Vec<u8>, bool)>) -> Result<()> {
+    if metas.is_empty() {
+        return Ok(());
+    }
+    let runs: Vec<&str> = metas.keys().copied().collect();
+    let parts: Vec<i16> = runs.iter().map(|r| partition_of(r)).collect();
+    let bytes: Vec<&[u8]> = metas.values().map(|m| m.0.as_slice()).collect();
+    tx.execute(
+        &tx_stmt(
+            tx,
+            "INSERT INTO reel_runs (run_id, part, meta) \
+         SELECT * FROM unnest($1::text[], $2::smallint[], $3::bytea[]) \
+         ON CONFLICT (run_id) DO UPDATE SET meta = EXCLUDED.meta",
+        )
+        .await?,
+        &[&runs, &parts, &bytes],
+    )
+    .await
+    .map_err(|e| pg_err(&e))?;
+    let (mut live, mut live_parts, mut live_bytes, mut done) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for ((run, meta), part) in metas.iter().zip(&parts) {
+        if meta.1 {
+            done.push(*run);
+        } else {
+            live.push(*run);
+            live_parts.push(*part);
+            live_bytes.push(meta.0.as_slice());
+        }
+    }
+    if !done.is_empty() {
+        tx.execute(
+            &tx_stmt(tx, "DELETE FROM reel_active WHERE run_id = ANY($1)").await?,
+            &[&done],
+        )
+        .await
+        .map_err(|e| pg_err(&e))?;
+    }
+    if !live.is_empty() {
+        tx.execute(
+            &tx_stmt(
+                tx,
+                "INSERT INTO reel_active (run_id, part, meta) \
+             SELECT * FROM unnest($1::text[], $2::smallint[], $3::bytea[]) \
+             ON CONFLICT (run_id) DO UPDATE SET meta = EXCLUDED.meta",
+            )
+            .await?,
+            &[&live, &live_parts, &live_bytes],
+        )
+        .await
+        .map_err(|e| pg_err(&e))?;
+    }
+    Ok(())
+}
+
+async fn write_timers(
+    tx: &Transaction<'_>,
+    timers: &HashMap<&[u8], Option<(&str, u64)>>,
+) -> Result<()> {
+    let removed: Vec<&[u8]> = timers
+        .iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(k, _)| *k)
+        .collect();
+    if !removed.is_empty() {
+        tx.execute(
+            &tx_stmt(tx, "DELETE FROM reel_timers WHERE key = ANY($1)").await?,
+            &[&removed],
+        )
+        .await
+        .map_err(|e| pg_err(&e))?;
+    }
+    let (mut keys, mut runs, mut parts, mut due) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (key, v) in timers {
+        if let Some((run, fire_at)) = v {
+            keys.push(*key);
+            runs.push(*run);
+            parts.push(partition_of(run));
+            due.push(seq_sql(*fire_at));
+        }
+    }
+    if !keys.is_empty() {
+        tx.execute(
+            &tx_stmt(
+                tx,
+                "INSERT INTO reel_timers (key, run_id, part, fire_at) \
+             SELECT * FROM unnest($1::bytea[], $2::text[], $3::smallint[], $4::bigint[]) \
+             ON CONFLICT (key) DO NOTHING",
+            )
+            .await?,
+            &[&keys, &runs, &parts, &due],
+        )
+        .await
+        .map_err(|e| pg_err(&e))?;
+    }
+    Ok(())
+}

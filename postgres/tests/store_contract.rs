@@ -1,0 +1,139 @@
+//! The backend contract of `reel_storage::validation` on PostgreSQL (each check on
+//! a database of its own), and the format check of the schema.
+
+mod support;
+
+use std::sync::Arc;
+
+use reel_postgres::{PgStore, SCHEMA_VERSION};
+use reel_storage::validation::{self, Backend, Damage};
+use reel_storage::{LogReader, LogWriter, StorageError, Store};
+use tokio::sync::OnceCell;
+
+/// One database, created on first open.
+#[derive(Default)]
+struct Pg {
+    url: OnceCell<String>,
+}
+
+impl Pg {
+    async fn url(&self) -> &str {
+        self.url.get_or_init(|| support::database("contract")).await
+    }
+}
+
+impl Backend for Pg {
+    async fn open(&self) -> Arc<dyn Store> {
+        PgStore::connect(self.url().await).await.expect("connect")
+    }
+
+    async fn damage(&self, damage: Damage) -> bool {
+        let sql = match damage {
+            Damage::LogRecord { run_id, seq } => format!(
+                "UPDATE reel_log SET record = '\\xc1' WHERE run_id = '{run_id}' AND seq = {seq}"
+            ),
+            Damage::Meta { run_id } => format!(
+                "UPDATE reel_runs SET meta = '\\xc1' WHERE run_id = '{run_id}'; \
+                 UPDATE reel_active SET meta = '\\xc1' WHERE run_id = '{run_id}'"
+            ),
+            Damage::TimerKey => "INSERT INTO reel_timers (key, run_id, part, fire_at) \
+                                 VALUES ('\\x0001', 'x', 0, 0)"
+                .to_owned(),
+        };
+        support::execute(self.url().await, &sql).await;
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_meets_the_backend_contract() {
+    validation::run_all(Pg::default).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_format_or_a_newer_schema_is_refused() {
+    let url = support::database("format").await;
+    PgStore::connect(&url).await.expect("create").close();
+    // Connecting again to a current database is fine.
+    PgStore::connect(&url).await.expect("reopen").close();
+    support::execute(
+        &url,
+        "UPDATE reel_schema SET value = 'reel-log/99' WHERE key = 'format'",
+    )
+    .await;
+    match PgStore::connect(&url).await {
+        Err(StorageError::IncompatibleFormat { found, .. }) => assert_eq!(found, "reel-log/99"),
+        other => panic!("another format must be refused, got {other:?}"),
+    }
+    support::execute(
+        &url,
+        &format!(
+            "UPDATE reel_schema SET value = '{}' WHERE key = 'format'; \
+             UPDATE reel_schema SET value = '{}' WHERE key = 'schema'",
+            reel_storage::FORMAT_VERSION,
+            SCHEMA_VERSION + 1
+        ),
+    )
+    .await;
+    match PgStore::connect(&url).await {
+        Err(StorageError::IncompatibleFormat { found, .. }) => {
+            assert!(found.contains("schema level"), "{found}")
+        }
+        other => panic!("a newer schema must be refused, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_an_io_error() {
+    // Port 1 on localhost: nothing listens there.
+    match PgStore::connect("postgres://reel@127.0.0.1:1/none").await {
+        Err(StorageError::Io(msg)) => assert!(msg.contains("postgres"), "{msg}"),
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+    assert!(matches!(
+        PgStore::connect("not a url at all ://").await,
+        Err(StorageError::Io(_))
+    ));
+}
+
+/// Two stores (two writers) on one database appending to the same runs at once: for
+/// each sequence number exactly one append wins, the losers get a conflict, and
+/// appends of other runs batched with a loser still land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_racing_on_one_database_never_both_win() {
+    use reel_storage::{Append, Event, Payload};
+    let url = support::database("race").await;
+    let a = PgStore::connect(&url).await.expect("a");
+    let b = PgStore::connect(&url).await.expect("b");
+    let ev = |who: u8| Event::StepCompleted {
+        id: "s".into(),
+        output: Payload(vec![who]),
+    };
+    let append = |run: &str, seq: u64, who: u8| Append {
+        run_id: run.into(),
+        expected_seq: Some(seq),
+        events: vec![ev(who)],
+        durable: true,
+        ..Append::default()
+    };
+    for seq in 0..20u64 {
+        let mut tickets = Vec::new();
+        for (who, store) in [(1u8, &a), (2, &b)] {
+            tickets.push(store.submit(append("shared", seq, who)));
+            tickets.push(store.submit(append(&format!("own-{who}"), seq, who)));
+        }
+        let mut wins = 0;
+        for (i, t) in tickets.into_iter().enumerate() {
+            match (i % 2, t.await) {
+                (0, Ok(())) => wins += 1,
+                (0, Err(StorageError::Conflict { .. })) => {}
+                (_, r) => r.expect("an append of a run nobody races lands"),
+            }
+        }
+        assert_eq!(wins, 1, "exactly one writer wins sequence {seq}");
+    }
+    assert_eq!(a.read_log("shared").expect("log").len(), 20);
+    assert_eq!(b.read_log("own-1").expect("log").len(), 20);
+    a.close();
+    b.close();
+}
