@@ -1,5 +1,6 @@
 //! Many runs at once: 10,000 runs of a three-step workflow, started concurrently,
-//! with a progress bar and a throughput figure at the end.
+//! with a progress bar, a throughput figure and the metrics reel reported (through
+//! the `metrics` facade, kept by a recorder the example installs) at the end.
 //!
 //! ```text
 //! cargo run --example many_runs
@@ -16,6 +17,7 @@
 //! figure printed is what this machine did in this run, not a benchmark (see
 //! `benches/` for those).
 
+use metrics_util::debugging::DebugValue;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -70,6 +72,11 @@ fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // reel reports through the `metrics` facade; a service would install a
+    // Prometheus exporter here. This one keeps the values and prints them at the end.
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install()?;
     let runs = env_usize("REEL_MANY_RUNS", 10_000)?;
     let in_flight = env_usize("REEL_MANY_RUNS_IN_FLIGHT", runs)?.max(1);
     let stall_after = Duration::from_secs(env_usize("REEL_MANY_RUNS_STALL_SECS", 30)? as u64);
@@ -152,5 +159,36 @@ async fn main() -> anyhow::Result<()> {
         events as f64 / secs,
     );
     host.shutdown().await?;
+    println!("metrics:");
+    let mut lines: Vec<String> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|l| format!("{}=\"{}\"", l.key(), l.value()))
+                .collect();
+            let name = match labels.is_empty() {
+                true => key.key().name().to_owned(),
+                false => format!("{}{{{}}}", key.key().name(), labels.join(",")),
+            };
+            match value {
+                DebugValue::Counter(n) => format!("  {name} {n}"),
+                DebugValue::Gauge(g) => format!("  {name} {}", g.into_inner()),
+                DebugValue::Histogram(v) => {
+                    let sum: f64 = v.iter().map(|x| x.into_inner()).sum();
+                    format!(
+                        "  {name} count {} mean {:.6}",
+                        v.len(),
+                        sum / v.len().max(1) as f64
+                    )
+                }
+            }
+        })
+        .collect();
+    lines.sort();
+    println!("{}", lines.join("\n"));
     Ok(())
 }

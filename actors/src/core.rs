@@ -440,6 +440,7 @@ impl Core {
             .drain()
             .map(|(_, cell)| cell)
             .collect();
+        metrics::gauge!(reel_storage::metrics::LIVE_RUNS).set(0.0);
         // An actor still being spawned is waited for, and stopped like the others.
         let mut live: Vec<ActorRef<RunActor>> = Vec::with_capacity(cells.len());
         for cell in cells {
