@@ -1,6 +1,6 @@
 //! The tables and their migrations, and the format check made on every connect.
 
-use reel_storage::{FORMAT_VERSION, StorageError};
+use reel_storage::{FORMAT_VERSION, StorageError, UPGRADABLE_FORMATS};
 use tokio_postgres::Client;
 
 use crate::pg_err;
@@ -76,6 +76,7 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<(), StorageError> {
     };
     if let Some(found) = value("format")
         && found != FORMAT_VERSION
+        && !UPGRADABLE_FORMATS.contains(&found.as_str())
     {
         return Err(StorageError::IncompatibleFormat {
             found,

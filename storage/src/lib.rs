@@ -32,9 +32,12 @@
 //!   [`Activity`], a host's gauge of work in flight.
 //! - `validation` (feature `validation`): the contract every backend passes, as
 //!   reusable checks run against fjall, [`MemStore`] and PostgreSQL.
+//! - `copy`: [`copy_store`], an offline copy of a whole store into another
+//!   (between any two backends).
 //! - `error`: [`StorageError`].
 
 mod clock;
+mod copy;
 mod error;
 mod event;
 mod fjall_store;
@@ -52,12 +55,13 @@ pub mod testing;
 pub mod validation;
 
 pub use clock::{Activity, Busy, Clock, Sleep, SystemClock, from_ms, to_ms};
+pub use copy::{CopyError, CopyReport, copy_store};
 pub use error::StorageError;
 pub use event::{AttemptError, Event, Failure, Payload};
-pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, check_run_id};
+pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, UPGRADABLE_FORMATS, check_run_id};
 pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;
-pub use meta::{ParentLink, RunMeta, RunState, StatusKind, TimerEntry};
+pub use meta::{ParentLink, QueueEntry, RunMeta, RunState, StatusKind, TimerEntry};
 pub use record::Record;
 pub use scan::{CorruptRecord, Scan};
 pub use schedule::{ScheduleRecord, ScheduleStore};

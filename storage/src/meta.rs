@@ -43,6 +43,10 @@ pub enum RunState {
         /// Why, as the operator gave it.
         reason: String,
     },
+    /// Started on a queue ([`RunMeta::queue`]) and waiting for the queue to admit
+    /// it: the handler has not run. Wake-ups are recorded; admission makes it
+    /// [`RunState::Running`]. Recovery does not activate it; the queue does.
+    Enqueued,
 }
 
 /// A run state without its data: what listings filter on and counts group by.
@@ -63,11 +67,13 @@ pub enum StatusKind {
     Parked,
     /// Paused by an operator: executes nothing until resumed.
     Paused,
+    /// [`RunState::Enqueued`]: waiting for its queue to admit it.
+    Enqueued,
 }
 
 impl StatusKind {
     /// Every kind, in declaration order.
-    pub const ALL: [StatusKind; 7] = [
+    pub const ALL: [StatusKind; 8] = [
         StatusKind::Running,
         StatusKind::Suspended,
         StatusKind::Completed,
@@ -75,6 +81,7 @@ impl StatusKind {
         StatusKind::Cancelled,
         StatusKind::Parked,
         StatusKind::Paused,
+        StatusKind::Enqueued,
     ];
 
     /// The lower-case name (`"running"`, `"suspended"`, ...), as tools print it.
@@ -87,6 +94,7 @@ impl StatusKind {
             StatusKind::Cancelled => "cancelled",
             StatusKind::Parked => "parked",
             StatusKind::Paused => "paused",
+            StatusKind::Enqueued => "enqueued",
         }
     }
 }
@@ -104,7 +112,7 @@ impl std::str::FromStr for StatusKind {
         StatusKind::ALL
             .into_iter()
             .find(|k| k.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown status `{s}` (one of: running, suspended, completed, failed, cancelled, parked, paused)"))
+            .ok_or_else(|| format!("unknown status `{s}` (one of: running, suspended, completed, failed, cancelled, parked, paused, enqueued)"))
     }
 }
 
@@ -119,6 +127,7 @@ impl RunState {
             RunState::Cancelled { .. } => StatusKind::Cancelled,
             RunState::Parked { .. } => StatusKind::Parked,
             RunState::Paused { .. } => StatusKind::Paused,
+            RunState::Enqueued => StatusKind::Enqueued,
         }
     }
 
@@ -164,6 +173,25 @@ pub struct RunMeta {
     /// How many times the run has continued as new (its current segment's number).
     #[serde(default)]
     pub segment: u32,
+    /// The queue the run was started on, if any: it stays set after admission, so
+    /// the queue counts the run against its limit until it ends.
+    #[serde(default)]
+    pub queue: Option<QueueEntry>,
+}
+
+/// A queued run's place in its queue ([`RunMeta::queue`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueEntry {
+    /// The queue's name.
+    pub name: String,
+    /// Admission priority: lower values are admitted first.
+    pub priority: i32,
+    /// Position in the queue among runs of the same priority (assigned at enqueue,
+    /// increasing), so admission keeps the order of `start` across restarts.
+    pub order: u64,
+    /// While a run with this key is enqueued or running on the queue, another
+    /// start with the same key is refused.
+    pub dedup_key: Option<String>,
 }
 
 impl RunMeta {

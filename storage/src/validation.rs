@@ -98,6 +98,7 @@ fn meta(run_id: &str, state: RunState) -> RunMeta {
         parent: None,
         segment_start: 0,
         segment: 0,
+        queue: None,
     }
 }
 

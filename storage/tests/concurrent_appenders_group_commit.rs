@@ -23,6 +23,7 @@ fn meta(run: &str, state: RunState, updated_at: u64) -> RunMeta {
         parent: None,
         segment_start: 0,
         segment: 0,
+        queue: None,
     }
 }
 

@@ -26,6 +26,7 @@ fn meta(run: &str) -> RunMeta {
         parent: None,
         segment_start: 0,
         segment: 0,
+        queue: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn append(run: &str) -> Append {
             parent: None,
             segment_start: 0,
             segment: 0,
+            queue: None,
         }),
         add_timers: vec![TimerEntry {
             fire_at: 5,

@@ -61,6 +61,7 @@ fn meta(run: &str, seq: u64) -> RunMeta {
         parent: None,
         segment_start: 0,
         segment: 0,
+        queue: None,
     }
 }
 

@@ -7,7 +7,7 @@ use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
 use reel_storage::{
-    AttemptError, Event, Failure, ParentLink, Payload, RunMeta, RunState, TimerEntry,
+    AttemptError, Event, Failure, ParentLink, Payload, QueueEntry, RunMeta, RunState, TimerEntry,
     decode_timer_key, encode_timer_key,
 };
 
@@ -92,6 +92,7 @@ fn run_state() -> BoxedStrategy<RunState> {
         text().prop_map(|reason| RunState::Cancelled { reason }),
         failure().prop_map(|error| RunState::Parked { error }),
         text().prop_map(|reason| RunState::Paused { reason }),
+        Just(RunState::Enqueued),
     ]
     .boxed()
 }
@@ -105,9 +106,10 @@ fn run_meta() -> BoxedStrategy<RunMeta> {
         any::<u64>(),
         any::<u64>(),
         option::of((run_id(), text())),
+        option::of((text(), any::<i32>(), any::<u64>(), option::of(text()))),
     )
         .prop_map(
-            |(run_id, workflow, version, state, created_at, updated_at, parent)| RunMeta {
+            |(run_id, workflow, version, state, created_at, updated_at, parent, queue)| RunMeta {
                 run_id,
                 workflow,
                 version,
@@ -117,6 +119,12 @@ fn run_meta() -> BoxedStrategy<RunMeta> {
                 parent: parent.map(|(run_id, wait_id)| ParentLink { run_id, wait_id }),
                 segment_start: 0,
                 segment: 0,
+                queue: queue.map(|(name, priority, order, dedup_key)| QueueEntry {
+                    name,
+                    priority,
+                    order,
+                    dedup_key,
+                }),
             },
         )
         .boxed()

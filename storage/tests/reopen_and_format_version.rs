@@ -35,6 +35,7 @@ async fn write_run(store: &FjallStore, run: &str, durable: bool) {
                 parent: None,
                 segment_start: 0,
                 segment: 0,
+                queue: None,
             }),
             add_timers: vec![TimerEntry {
                 fire_at: 42,
