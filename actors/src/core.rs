@@ -5,7 +5,8 @@
 //! `routing` (delivering messages to runs, background deliveries of wake-ups),
 //! `parking`, `waiters` (result waiters), `published` (readers of published
 //! values), `children` (child-run links, child cycles), `listing`, `operate`
-//! (pause, resume, retry), `fork`, `deletion` (delete, retention), and `run_host`
+//! (pause, resume, retry), `fork`, `deletion` (delete, retention), `queueing`
+//! (starting runs on queues, admitting them), and `run_host`
 //! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
 //! it depends on none of them, and nothing below the core names it.
 
@@ -47,10 +48,13 @@ mod listing;
 mod operate;
 mod parking;
 mod published;
+mod queueing;
 mod recovery;
 mod routing;
 mod run_host;
 mod waiters;
+
+pub use queueing::QueuePlace;
 
 /// A live run's actor, or the place it is being spawned into.
 type LiveCell = Arc<OnceCell<ActorRef<RunActor>>>;
@@ -97,6 +101,8 @@ pub struct Core {
     new_runs: Arc<Semaphore>,
     /// Readers following run logs live, told by the store after each commit.
     log_watchers: Arc<LogWatchers>,
+    /// The queues' admission state (`queueing`).
+    queues: crate::queues::Queues,
     /// Where each kind of end's retention pass goes on from (`deletion`), so runs
     /// that ended late but started early cannot keep a pass from the ones after.
     retention_cursors: Mutex<HashMap<reel_storage::StatusKind, reel_storage::listing::ListCursor>>,
@@ -147,10 +153,21 @@ impl Core {
     ) -> Result<Started, ActorError> {
         self.check_open()?;
         check_run_id(run_id)?;
-        self.registry
-            .lookup(workflow, version)
-            .map_err(ActorError::NotRegistered)?;
-        // No read first: the compare-and-set on sequence 0 is the existence check.
+        self.check_registered(workflow, version)?;
+        let (meta, events) = self.new_run(workflow, version, run_id, input, parent, deadline);
+        self.create(meta, events).await
+    }
+
+    /// A new run's metadata (running, not queued) and first events.
+    fn new_run(
+        &self,
+        workflow: &str,
+        version: u32,
+        run_id: &str,
+        input: Payload,
+        parent: Option<ParentLink>,
+        deadline: Option<u64>,
+    ) -> (RunMeta, Vec<Event>) {
         let now = self.options.clock.now_ms();
         let meta = RunMeta {
             run_id: run_id.to_owned(),
@@ -162,6 +179,7 @@ impl Core {
             parent,
             segment_start: 0,
             segment: 0,
+            queue: None,
         };
         let started = Event::RunStarted {
             workflow: workflow.to_owned(),
@@ -173,23 +191,34 @@ impl Core {
             id: RUN_DEADLINE.to_owned(),
             fire_at,
         }));
+        (meta, events)
+    }
+
+    /// Writes a new run (its first write is the existence check) and activates it,
+    /// or, for an enqueued run, hands it to its queue.
+    async fn create(&self, meta: RunMeta, events: Vec<Event>) -> Result<Started, ActorError> {
+        // No read first: the compare-and-set on sequence 0 is the existence check.
+        let run_id = meta.run_id.clone();
+        let workflow = meta.workflow.clone();
+        let now = meta.created_at;
         let add_timers: Vec<TimerEntry> =
-            events.iter().filter_map(|e| timer_of(run_id, e)).collect();
+            events.iter().filter_map(|e| timer_of(&run_id, e)).collect();
         let (meta_copy, events_copy) = (meta.clone(), events.clone());
+        let enqueued = meta.state == RunState::Enqueued;
         // The permit for the activation is taken before the write, so a caller that
         // stops waiting can no longer leave a written run without its activation.
         let busy = self.activity.enter();
         let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
-        let permit = self
-            .new_runs
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| ActorError::Shutdown)?;
+        let permit = if enqueued {
+            None
+        } else {
+            let permit = self.new_runs.clone().acquire_owned().await;
+            Some(permit.map_err(|_| ActorError::Shutdown)?)
+        };
         let created = self
             .store
             .submit(Append {
-                run_id: run_id.to_owned(),
+                run_id: run_id.clone(),
                 expected_seq: Some(0),
                 events,
                 meta: Some(meta),
@@ -204,38 +233,44 @@ impl Core {
             // Someone created it first: answer as for an existing run.
             Err(StorageError::Conflict { .. }) => {
                 let existing = self
-                    .meta(run_id)
+                    .meta(&run_id)
                     .await?
-                    .ok_or_else(|| ActorError::UnknownRun(run_id.to_owned()))?;
-                let started = Core::existing(&existing, workflow)?;
+                    .ok_or_else(|| ActorError::UnknownRun(run_id.clone()))?;
+                let started = Core::existing(&existing, &workflow)?;
                 // An earlier start landed but its caller heard it failed (a lost
                 // answer, a failed activation): nobody runs it yet, so this one does.
-                if existing.state == RunState::Running && !self.is_live(run_id) {
-                    self.deliver(run_id, Resume).await?;
+                if existing.state == RunState::Running && !self.is_live(&run_id) {
+                    self.deliver(&run_id, Resume).await?;
                 }
                 return Ok(started);
             }
             Err(e) => return Err(e.into()),
         }
         self.schedule_timers(add_timers);
+        metrics::counter!(reel_storage::metrics::RUNS_STARTED).increment(1);
+        if let Some(entry) = &meta_copy.queue
+            && enqueued
+        {
+            self.queues.enqueued(&run_id, entry);
+            self.admit_later(entry.name.clone(), busy);
+            return Ok(Started::Created);
+        }
         // The run exists once its first write has landed: its activation goes on in
         // a task of its own, which the caller does not wait for (a message sent to
         // the run meanwhile waits for the same actor). The new actor gets the run as
         // just written instead of reading it back. An activation refused because the
         // host is closing leaves the run to recovery by the next host.
-        let id = run_id.to_owned();
         tokio::spawn(async move {
             let _permit = permit;
             let _busy = busy;
             let preload = Some((meta_copy, events_copy));
-            match core.deliver_with(&id, Resume, preload).await {
+            match core.deliver_with(&run_id, Resume, preload).await {
                 Ok(()) | Err(ActorError::Shutdown) => {}
                 Err(e) => {
-                    tracing::warn!(run_id = %id, error = %e, "reel: a new run's activation failed; it resumes with its next message or the next host");
+                    tracing::warn!(run_id, error = %e, "reel: a new run's activation failed; it resumes with its next message or the next host");
                 }
             }
         });
-        metrics::counter!(reel_storage::metrics::RUNS_STARTED).increment(1);
         Ok(Started::Created)
     }
 
@@ -500,6 +535,9 @@ impl Core {
         metrics::counter!(reel_storage::metrics::RUNS_ENDED, "status" => meta.state.kind().as_str())
             .increment(1);
         self.notify_changed(&meta.run_id, Some(meta));
+        if let Some(entry) = &meta.queue {
+            self.queue_ended(&entry.name, &meta.run_id);
+        }
         let subscribers = self.child_subscribers.take(&meta.run_id);
         let parents = meta.parent.iter().cloned().chain(subscribers);
         self.notify_parents(meta, parents);

@@ -59,6 +59,20 @@ pub enum ActorError {
         /// Why the cut is refused.
         reason: String,
     },
+    /// A start named a queue the host does not configure.
+    #[error("unknown queue `{0}` (configure it with HostBuilder::queue)")]
+    UnknownQueue(String),
+    /// A start on a queue carried a de-duplication key that another run, enqueued
+    /// or running on that queue, holds. Nothing was written.
+    #[error("queue `{queue}` already has run `{run_id}` with de-duplication key `{key}`")]
+    Deduplicated {
+        /// The queue.
+        queue: String,
+        /// The key.
+        key: String,
+        /// The run holding it.
+        run_id: String,
+    },
     /// The run actor was retired while the message was queued; the sender retries.
     #[error("run actor retired")]
     Retired,

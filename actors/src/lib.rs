@@ -19,7 +19,7 @@
 //!   waiting on runs), `blocking` (storage calls off the async workers),
 //!   `passivation` (one queue that passivates idle run actors), `log_watch`
 //!   ([`LogWatch`]: told when a watched run's log grows), `retention`
-//!   ([`Retention`]).
+//!   ([`Retention`]), `queues` (queues' admission state: [`QueueLimits`]).
 //! - `host`: `RunHost`, the narrow interface that everything below the core holds
 //!   (weakly) instead of the [`Core`]; the core implements it.
 //! - `journal`: [`Journal`], a run's append handle over its current log segment
@@ -37,8 +37,8 @@
 //! - `core`: [`Core`] at the top: `core::recovery` (start-up), `core::activation`
 //!   (live-run map, supervisors), `core::routing` (deliveries, wake-ups),
 //!   `core::parking`, `core::waiters`, `core::published`, `core::children`
-//!   (child-run links, child cycles), `core::listing`, `core::run_host` (the core
-//!   as `RunHost`).
+//!   (child-run links, child cycles), `core::listing`, `core::queueing` (starting
+//!   runs on queues and admitting them), `core::run_host` (the core as `RunHost`).
 
 mod blocking;
 mod core;
@@ -50,6 +50,7 @@ mod log_watch;
 mod message;
 mod options;
 mod passivation;
+mod queues;
 mod retention;
 mod run_actor;
 mod services;
@@ -57,13 +58,14 @@ mod supervisor;
 mod timers;
 mod waiters;
 
-pub use crate::core::{Core, Started};
+pub use crate::core::{Core, QueuePlace, Started};
 pub use engine::{Engine, Execution, Outcome, Registry};
 pub use error::ActorError;
 pub use journal::{Journal, Landing, retry_timer_id};
 pub use log_watch::LogWatch;
 pub use message::ChildCall;
 pub use options::CoreOptions;
+pub use queues::QueueLimits;
 pub use retention::Retention;
 pub use run_actor::panic_message;
 pub use services::Services;

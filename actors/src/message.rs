@@ -70,6 +70,10 @@ pub(crate) struct Unpause;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Retry;
 
+/// Admit an enqueued run: it becomes running and its handler starts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Admit;
+
 /// Stop now (host shutdown); the run stays resumable.
 #[derive(Clone, Copy)]
 pub(crate) struct StopRun;

@@ -3,6 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
+use crate::queues::QueueLimits;
 use crate::retention::Retention;
 use reel_storage::{Clock, SystemClock};
 
@@ -32,6 +35,8 @@ pub struct CoreOptions {
     /// The clock everything due reads: timers, deadlines, backoffs, the times on
     /// records ([`SystemClock`] by default).
     pub clock: Arc<dyn Clock>,
+    /// The queues runs may be started on, by name, with their limits.
+    pub queues: HashMap<String, QueueLimits>,
 }
 
 impl Default for CoreOptions {
@@ -45,6 +50,7 @@ impl Default for CoreOptions {
             long_log_events: 10_000,
             retention: Retention::default(),
             clock: Arc::new(SystemClock),
+            queues: HashMap::new(),
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::services::Services;
 
+mod admission;
 mod cancel;
 mod delivery;
 mod pause;
@@ -225,6 +226,7 @@ impl RunActor {
             || self.retired
             || (!force && matches!(self.meta.state, RunState::Parked { .. }))
             || self.is_paused()
+            || self.meta.state == RunState::Enqueued
         {
             return;
         }

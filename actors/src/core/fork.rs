@@ -158,6 +158,7 @@ impl Core {
             parent: None,
             segment_start: 0,
             segment: 0,
+            queue: None,
         };
         let timers = LogIndex::new(&prefix).pending_timers(new_run_id);
         let created = self

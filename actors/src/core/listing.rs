@@ -29,6 +29,7 @@ fn stand_in_meta(store: &dyn Store, run_id: String, error: Failure) -> RunMeta {
         parent: None,
         segment_start: 0,
         segment: 0,
+        queue: None,
     }
 }
 

@@ -107,6 +107,7 @@ impl Core {
             Core {
                 activations: Semaphore::new(options.activation_concurrency.max(1)),
                 new_runs: Arc::new(Semaphore::new(options.activation_concurrency.max(1))),
+                queues: crate::queues::Queues::new(&options.queues),
                 store,
                 registry,
                 options,
@@ -128,6 +129,7 @@ impl Core {
                 me: me.clone(),
             }
         });
+        core.queues.recover(&unfinished);
         let to_resume: Vec<String> = unfinished
             .into_iter()
             .filter(|m| match &m.state {
@@ -139,6 +141,9 @@ impl Core {
             .collect();
         core.spawn_retention(core.options.retention.clone());
         tracing::info!(resuming = to_resume.len(), "reel: recovery started");
+        for queue in core.queues.names() {
+            core.admit_later(queue, core.busy());
+        }
         // A bare task: it only sends messages, and stops at the first refusal once
         // the host is closing.
         let weak = Arc::downgrade(&core);

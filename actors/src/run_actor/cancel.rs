@@ -37,7 +37,7 @@ impl RunActor {
         let runnable = self.engine.is_ok()
             && !matches!(
                 self.meta.state,
-                RunState::Parked { .. } | RunState::Paused { .. }
+                RunState::Parked { .. } | RunState::Paused { .. } | RunState::Enqueued
             );
         if hard || !runnable || self.options.cancel_grace.is_zero() {
             return self.cancel_hard(reason, ctx).await;

@@ -22,7 +22,7 @@ impl RunActor {
         matches!(self.meta.state, RunState::Paused { .. })
     }
 
-    fn refuse(&self, action: &str) -> ActorError {
+    pub(super) fn refuse(&self, action: &str) -> ActorError {
         ActorError::InvalidState {
             run_id: self.run_id.to_string(),
             state: self.meta.state.kind(),
@@ -31,7 +31,7 @@ impl RunActor {
     }
 
     /// Records `state` (metadata only, fsynced) and tells waiters.
-    async fn record_state(&mut self, state: RunState) -> Result<(), ActorError> {
+    pub(super) async fn record_state(&mut self, state: RunState) -> Result<(), ActorError> {
         let meta = self.meta_with(state);
         self.journal
             .append_with(Vec::new(), Some(meta.clone()), Vec::new(), true)

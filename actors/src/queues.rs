@@ -1,0 +1,393 @@
+//! Queues' admission state, in memory: which runs wait (by priority, then order
+//! of start), which were admitted and have not ended, the de-duplication keys held,
+//! and the admissions inside the rate window. Synchronous and side-effect free: the
+//! core (`core/queueing.rs`) writes the admissions and activates the runs.
+//!
+//! What is durable is each run's metadata ([`RunMeta::queue`], the
+//! [`RunState::Enqueued`] state): recovery rebuilds this state from the unfinished
+//! runs, so the limits hold across restarts and crashes.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reel_storage::{QueueEntry, RunMeta, RunState};
+
+use crate::error::ActorError;
+
+/// A queue's limits ([`CoreOptions::queues`](crate::CoreOptions)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Runs of the queue admitted and not ended at once (on this store); `None`
+    /// admits any number.
+    pub concurrency: Option<usize>,
+    /// At most this many admissions within any window of this length; `None`
+    /// admits at any pace.
+    pub rate_limit: Option<(u32, Duration)>,
+}
+
+/// What [`Queues::take`] admits now, and when to look again if the rate limit
+/// holds runs back.
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    pub(crate) runs: Vec<Arc<str>>,
+    /// Unix ms at which the rate window has room again, with runs still waiting.
+    pub(crate) retry_at: Option<u64>,
+}
+
+/// Every configured queue's state.
+#[derive(Debug, Default)]
+pub(crate) struct Queues {
+    queues: Mutex<HashMap<String, Queue>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    limits: QueueLimits,
+    /// Waiting runs: (priority, order, run).
+    pending: BTreeSet<(i32, u64, Arc<str>)>,
+    /// A waiting run's key in `pending`.
+    places: HashMap<Arc<str>, (i32, u64)>,
+    /// Admitted and not ended.
+    running: HashSet<Arc<str>>,
+    /// De-duplication keys held, and their runs.
+    keys: HashMap<String, Arc<str>>,
+    /// The key a run holds.
+    key_of: HashMap<Arc<str>, String>,
+    /// Admission times (Unix ms) inside the rate window, oldest first.
+    admitted: VecDeque<u64>,
+    next_order: u64,
+    /// A look again is scheduled at this time.
+    wake_at: Option<u64>,
+}
+
+impl Queue {
+    fn forget_key(&mut self, run_id: &str) {
+        if let Some(key) = self.key_of.remove(run_id)
+            && self.keys.get(&key).is_some_and(|r| &**r == run_id)
+        {
+            self.keys.remove(&key);
+        }
+    }
+
+    fn hold_key(&mut self, run: &Arc<str>, key: Option<&String>) {
+        if let Some(key) = key {
+            self.keys.insert(key.clone(), run.clone());
+            self.key_of.insert(run.clone(), key.clone());
+        }
+    }
+}
+
+impl Queues {
+    /// The queues configured, with their limits, and nothing waiting yet.
+    pub(crate) fn new(limits: &HashMap<String, QueueLimits>) -> Queues {
+        let queues = limits
+            .iter()
+            .map(|(name, limits)| {
+                let queue = Queue {
+                    limits: *limits,
+                    ..Queue::default()
+                };
+                (name.clone(), queue)
+            })
+            .collect();
+        Queues {
+            queues: Mutex::new(queues),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The names of the configured queues.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Rebuilds the state from the unfinished runs found by recovery: enqueued ones
+    /// wait, the others were admitted and count against the limit. Runs of queues
+    /// not configured on this host are left as they are, with a warning.
+    pub(crate) fn recover(&self, runs: &[RunMeta]) {
+        let mut queues = self.lock();
+        let mut unknown: HashMap<&str, usize> = HashMap::new();
+        for meta in runs {
+            let Some(entry) = &meta.queue else { continue };
+            let Some(q) = queues.get_mut(&entry.name) else {
+                *unknown.entry(&entry.name).or_default() += 1;
+                continue;
+            };
+            let run: Arc<str> = Arc::from(meta.run_id.as_str());
+            q.next_order = q.next_order.max(entry.order + 1);
+            q.hold_key(&run, entry.dedup_key.as_ref());
+            if meta.state == RunState::Enqueued {
+                q.places.insert(run.clone(), (entry.priority, entry.order));
+                q.pending.insert((entry.priority, entry.order, run));
+            } else {
+                q.running.insert(run);
+            }
+        }
+        for (queue, runs) in unknown {
+            tracing::warn!(
+                queue,
+                runs,
+                "reel: runs of a queue this host does not configure; they wait until a host \
+                 that configures it (HostBuilder::queue) admits them"
+            );
+        }
+    }
+
+    /// Reserves a place for `run_id` before its first write: checks the queue and
+    /// the de-duplication key, holds the key, and gives the run its order.
+    ///
+    /// # Errors
+    /// [`ActorError::UnknownQueue`]; [`ActorError::Deduplicated`] when another run
+    /// enqueued or running on the queue holds the key.
+    pub(crate) fn reserve(
+        &self,
+        queue: &str,
+        run_id: &str,
+        dedup_key: Option<&String>,
+    ) -> Result<u64, ActorError> {
+        let mut queues = self.lock();
+        let q = queues
+            .get_mut(queue)
+            .ok_or_else(|| ActorError::UnknownQueue(queue.to_owned()))?;
+        if let Some(key) = dedup_key
+            && let Some(holder) = q.keys.get(key)
+            && &**holder != run_id
+        {
+            return Err(ActorError::Deduplicated {
+                queue: queue.to_owned(),
+                key: key.clone(),
+                run_id: holder.to_string(),
+            });
+        }
+        let run: Arc<str> = Arc::from(run_id);
+        q.hold_key(&run, dedup_key);
+        let order = q.next_order;
+        q.next_order += 1;
+        Ok(order)
+    }
+
+    /// Gives back a reservation whose write did not create the run.
+    pub(crate) fn unreserve(&self, queue: &str, run_id: &str) {
+        if let Some(q) = self.lock().get_mut(queue)
+            && !q.places.contains_key(run_id)
+            && !q.running.contains(run_id)
+        {
+            q.forget_key(run_id);
+        }
+    }
+
+    /// The run's enqueued state is written: it waits for admission.
+    pub(crate) fn enqueued(&self, run_id: &str, entry: &QueueEntry) {
+        if let Some(q) = self.lock().get_mut(&entry.name) {
+            let run: Arc<str> = Arc::from(run_id);
+            q.places.insert(run.clone(), (entry.priority, entry.order));
+            q.pending.insert((entry.priority, entry.order, run));
+        }
+    }
+
+    /// Takes the runs the limits admit now, first by priority then by order, and
+    /// counts them as running.
+    pub(crate) fn take(&self, queue: &str, now_ms: u64) -> Admission {
+        let mut queues = self.lock();
+        let Some(q) = queues.get_mut(queue) else {
+            return Admission::default();
+        };
+        let mut admission = Admission::default();
+        if let Some((_, period)) = q.limits.rate_limit {
+            let period = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
+            while q
+                .admitted
+                .front()
+                .is_some_and(|t| t.saturating_add(period) <= now_ms)
+            {
+                q.admitted.pop_front();
+            }
+        }
+        while !q.pending.is_empty() {
+            if q.limits.concurrency.is_some_and(|c| q.running.len() >= c) {
+                break;
+            }
+            if let Some((limit, period)) = q.limits.rate_limit
+                && q.admitted.len() >= limit as usize
+            {
+                let period = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
+                let at = q
+                    .admitted
+                    .front()
+                    .map_or(now_ms, |t| t.saturating_add(period));
+                admission.retry_at = Some(at);
+                break;
+            }
+            let Some((_, _, run)) = q.pending.pop_first() else {
+                break;
+            };
+            q.places.remove(&run);
+            q.running.insert(run.clone());
+            if q.limits.rate_limit.is_some() {
+                q.admitted.push_back(now_ms);
+            }
+            admission.runs.push(run);
+        }
+        admission
+    }
+
+    /// Marks that a look again at `at` is scheduled, unless one at or before it
+    /// already is: returns whether the caller should schedule it.
+    pub(crate) fn schedule_wake(&self, queue: &str, at: u64) -> bool {
+        let mut queues = self.lock();
+        let Some(q) = queues.get_mut(queue) else {
+            return false;
+        };
+        if q.wake_at.is_some_and(|w| w <= at) {
+            return false;
+        }
+        q.wake_at = Some(at);
+        true
+    }
+
+    /// The scheduled look again at `at` is happening.
+    pub(crate) fn woke(&self, queue: &str, at: u64) {
+        if let Some(q) = self.lock().get_mut(queue)
+            && q.wake_at == Some(at)
+        {
+            q.wake_at = None;
+        }
+    }
+
+    /// A run of the queue ended (or left it without being admitted): frees its
+    /// place, its slot and its key. Returns whether anything was freed.
+    pub(crate) fn ended(&self, queue: &str, run_id: &str) -> bool {
+        let mut queues = self.lock();
+        let Some(q) = queues.get_mut(queue) else {
+            return false;
+        };
+        let mut freed = q.running.remove(run_id);
+        if let Some((priority, order)) = q.places.remove(run_id) {
+            q.pending.remove(&(priority, order, Arc::from(run_id)));
+            freed = true;
+        }
+        q.forget_key(run_id);
+        freed
+    }
+
+    /// How many runs of `queue` wait, and how many run.
+    #[cfg(test)]
+    fn sizes(&self, queue: &str) -> (usize, usize) {
+        let queues = self.lock();
+        queues
+            .get(queue)
+            .map_or((0, 0), |q| (q.pending.len(), q.running.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queues(limits: QueueLimits) -> Queues {
+        Queues::new(&HashMap::from([("q".to_owned(), limits)]))
+    }
+
+    fn enqueue(qs: &Queues, run: &str, priority: i32) {
+        let order = qs.reserve("q", run, None).unwrap();
+        let entry = QueueEntry {
+            name: "q".to_owned(),
+            priority,
+            order,
+            dedup_key: None,
+        };
+        qs.enqueued(run, &entry);
+    }
+
+    fn names(a: &Admission) -> Vec<&str> {
+        a.runs.iter().map(|r| &**r).collect()
+    }
+
+    #[test]
+    fn admits_by_priority_then_order_up_to_the_limit() {
+        let qs = queues(QueueLimits {
+            concurrency: Some(2),
+            rate_limit: None,
+        });
+        enqueue(&qs, "a", 5);
+        enqueue(&qs, "b", 1);
+        enqueue(&qs, "c", 5);
+        assert_eq!(names(&qs.take("q", 0)), ["b", "a"]);
+        assert!(qs.take("q", 0).runs.is_empty());
+        assert!(qs.ended("q", "a"));
+        assert_eq!(names(&qs.take("q", 0)), ["c"]);
+        assert_eq!(qs.sizes("q"), (0, 2));
+    }
+
+    #[test]
+    fn rate_limit_says_when_to_look_again() {
+        let qs = queues(QueueLimits {
+            concurrency: None,
+            rate_limit: Some((2, Duration::from_millis(1000))),
+        });
+        for r in ["a", "b", "c"] {
+            enqueue(&qs, r, 0);
+        }
+        let first = qs.take("q", 100);
+        assert_eq!(names(&first), ["a", "b"]);
+        assert_eq!(first.retry_at, Some(1100));
+        assert!(qs.take("q", 1099).runs.is_empty());
+        assert_eq!(names(&qs.take("q", 1100)), ["c"]);
+    }
+
+    #[test]
+    fn a_held_key_refuses_another_run_until_its_run_ends() {
+        let qs = queues(QueueLimits::default());
+        let key = "k".to_owned();
+        qs.reserve("q", "a", Some(&key)).unwrap();
+        assert!(matches!(
+            qs.reserve("q", "b", Some(&key)),
+            Err(ActorError::Deduplicated { run_id, .. }) if run_id == "a"
+        ));
+        // The same run asking again is let through (its write answers `Existing`).
+        qs.reserve("q", "a", Some(&key)).unwrap();
+        qs.ended("q", "a");
+        qs.reserve("q", "b", Some(&key)).unwrap();
+        assert!(matches!(
+            qs.reserve("nope", "c", None),
+            Err(ActorError::UnknownQueue(_))
+        ));
+    }
+
+    #[test]
+    fn recovery_counts_admitted_runs_against_the_limit() {
+        let qs = queues(QueueLimits {
+            concurrency: Some(1),
+            rate_limit: None,
+        });
+        let meta = |run: &str, state: RunState, order: u64| RunMeta {
+            run_id: run.to_owned(),
+            workflow: "w".to_owned(),
+            version: 1,
+            state,
+            created_at: 0,
+            updated_at: 0,
+            parent: None,
+            segment_start: 0,
+            segment: 0,
+            queue: Some(QueueEntry {
+                name: "q".to_owned(),
+                priority: 0,
+                order,
+                dedup_key: None,
+            }),
+        };
+        qs.recover(&[
+            meta("a", RunState::Running, 0),
+            meta("b", RunState::Enqueued, 1),
+        ]);
+        assert!(qs.take("q", 0).runs.is_empty());
+        qs.ended("q", "a");
+        assert_eq!(names(&qs.take("q", 0)), ["b"]);
+        assert_eq!(qs.reserve("q", "c", None).unwrap(), 2);
+    }
+}
