@@ -102,6 +102,22 @@ pub enum Error {
         /// Why the cut is refused.
         reason: String,
     },
+    /// A start named a queue the host does not configure
+    /// ([`HostBuilder::queue`](crate::HostBuilder::queue)). Nothing was written.
+    #[error("unknown queue `{0}` (configure it with HostBuilder::queue)")]
+    UnknownQueue(String),
+    /// A start on a queue carried a de-duplication key
+    /// ([`StartOptions::dedup_key`](crate::StartOptions)) that another run, enqueued or
+    /// running on that queue, holds. Nothing was written.
+    #[error("queue `{queue}` already has run `{run_id}` with de-duplication key `{key}`")]
+    Deduplicated {
+        /// The queue.
+        queue: String,
+        /// The key.
+        key: String,
+        /// The run holding it.
+        run_id: String,
+    },
     /// The store's directory is held by another live host: another process, or a
     /// [`Host`](crate::Host) in this process that has not shut down. (A host whose
     /// last clone was dropped is waited for: it shuts down in the background.)
@@ -316,6 +332,10 @@ impl From<ActorError> for Error {
                 at_seq,
                 reason,
             },
+            ActorError::UnknownQueue(q) => Error::UnknownQueue(q),
+            ActorError::Deduplicated { queue, key, run_id } => {
+                Error::Deduplicated { queue, key, run_id }
+            }
             other => Error::Storage(other.to_string()),
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, Registry};
+use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, QueuePlace, Registry};
 use reel_storage::{Clock, Failure, FjallStore, MemStore, Store};
 
 use crate::ctx::{encode, millis};
@@ -58,7 +58,9 @@ pub struct HostBuilder {
     in_memory: bool,
     store: Option<Arc<dyn Store>>,
     definitions: Definitions,
-    options: CoreOptions,
+    pub(crate) options: CoreOptions,
+    /// The first invalid setting, reported by `build`.
+    pub(crate) invalid: Option<Error>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -182,6 +184,9 @@ impl HostBuilder {
     /// [`Error::Storage`] when it cannot be opened (written by an incompatible
     /// format, unreadable).
     pub async fn build(self) -> Result<Host> {
+        if let Some(invalid) = self.invalid {
+            return Err(invalid);
+        }
         let mut dir = None;
         let store: Arc<dyn Store> = if let Some(store) = self.store {
             store
@@ -305,6 +310,7 @@ impl Host {
             store: None,
             definitions: Definitions::default(),
             options: CoreOptions::default(),
+            invalid: None,
         }
     }
 
@@ -372,9 +378,23 @@ impl Host {
         let input = encode(&input)?;
         let now = self.core().clock().now_ms();
         let deadline = options.timeout.map(|t| now.saturating_add(millis(t)));
-        self.core()
-            .start(W::NAME, W::VERSION, run_id, input, None, deadline)
-            .await?;
+        match options.queue {
+            Some(queue) => {
+                let place = QueuePlace {
+                    queue,
+                    priority: options.priority,
+                    dedup_key: options.dedup_key,
+                };
+                self.core()
+                    .enqueue(W::NAME, W::VERSION, run_id, input, deadline, place)
+                    .await?;
+            }
+            None => {
+                self.core()
+                    .start(W::NAME, W::VERSION, run_id, input, None, deadline)
+                    .await?;
+            }
+        }
         Ok(self.handle(run_id))
     }
 

@@ -39,6 +39,9 @@
 //! - `watch`: [`AnyRun::watch`], a run's log as a live stream of records.
 //! - `deletion`: [`AnyRun::delete`], [`Host::enforce_retention`] and
 //!   [`Host::reclaim_space`] ([`Retention`] is set on the [`HostBuilder`]).
+//! - `queue`: queues ([`QueueOptions`], [`RateLimit`], `HostBuilder::queue`,
+//!   [`Host::start_on`]): limits on how many runs execute at once and how fast
+//!   they start.
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
@@ -91,6 +94,7 @@ mod host;
 mod listing;
 mod operate;
 mod primitives;
+mod queue;
 mod replay;
 mod schedule;
 mod slots;
@@ -106,6 +110,7 @@ pub use error::{Error, Result};
 pub use handle::RunHandle;
 pub use host::{Host, HostBuilder};
 pub use listing::{Cursor, Page, RunFilter};
+pub use queue::{QueueOptions, RateLimit};
 pub use reel_actors::Retention;
 pub use reel_storage::{
     AttemptError, Clock, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record,

@@ -36,6 +36,9 @@ pub enum RunStatus {
     /// Paused by an operator ([`AnyRun::pause`](crate::AnyRun)): executes nothing;
     /// wake-ups are recorded and applied when it is resumed.
     Paused,
+    /// Started on a queue and waiting for the queue to admit it
+    /// ([`HostBuilder::queue`](crate::HostBuilder::queue)): its handler has not run.
+    Enqueued,
 }
 
 impl RunStatus {
@@ -49,6 +52,7 @@ impl RunStatus {
             RunStatus::Cancelled => StatusKind::Cancelled,
             RunStatus::Parked { .. } => StatusKind::Parked,
             RunStatus::Paused => StatusKind::Paused,
+            RunStatus::Enqueued => StatusKind::Enqueued,
         }
     }
 }
@@ -69,6 +73,7 @@ impl From<&RunState> for RunStatus {
                 error: Error::from(error.clone()).to_string(),
             },
             RunState::Paused { .. } => RunStatus::Paused,
+            RunState::Enqueued => RunStatus::Enqueued,
             _ => RunStatus::Running,
         }
     }
@@ -82,12 +87,40 @@ pub struct StartOptions {
     /// (`Error::Cancelled("deadline exceeded: …")`); its handler may clean up as for
     /// any cancel. Counted from the start, across restarts.
     pub timeout: Option<Duration>,
+    /// Start the run on this queue ([`HostBuilder::queue`](crate::HostBuilder::queue)):
+    /// it is recorded [`RunStatus::Enqueued`] and runs once the queue admits it.
+    pub queue: Option<String>,
+    /// On a queue: lower values are admitted first (default 0); runs of one
+    /// priority are admitted in start order.
+    pub priority: i32,
+    /// On a queue: while a run started with this key is enqueued or running on the
+    /// queue, starting another run with it fails with
+    /// [`Error::Deduplicated`](crate::Error::Deduplicated).
+    pub dedup_key: Option<String>,
 }
 
 impl StartOptions {
     /// Sets [`StartOptions::timeout`].
     pub fn timeout(mut self, d: Duration) -> Self {
         self.timeout = Some(d);
+        self
+    }
+
+    /// Sets [`StartOptions::queue`].
+    pub fn queue(mut self, name: impl Into<String>) -> Self {
+        self.queue = Some(name.into());
+        self
+    }
+
+    /// Sets [`StartOptions::priority`].
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Sets [`StartOptions::dedup_key`].
+    pub fn dedup_key(mut self, key: impl Into<String>) -> Self {
+        self.dedup_key = Some(key.into());
         self
     }
 }
@@ -116,6 +149,9 @@ pub struct RunInfo {
     /// in by [`AnyRun::info`](crate::AnyRun::info) (it reads the segment's
     /// records), `None` in listings.
     pub log: Option<LogSize>,
+    /// The queue the run was started on ([`Host::start_on`](crate::Host::start_on)),
+    /// if any.
+    pub queue: Option<String>,
 }
 
 impl From<RunMeta> for RunInfo {
@@ -127,6 +163,7 @@ impl From<RunMeta> for RunInfo {
             created_at: UNIX_EPOCH + Duration::from_millis(m.created_at),
             updated_at: UNIX_EPOCH + Duration::from_millis(m.updated_at),
             log: None,
+            queue: m.queue.map(|q| q.name),
             run_id: m.run_id,
             workflow: m.workflow,
             version: m.version,

@@ -109,11 +109,7 @@ async fn drive(host: &Host) -> Vec<(String, Ledger)> {
 }
 
 fn child(dir: &Path) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = common::kill::runtime();
     rt.block_on(async {
         let host = open(dir).await.expect("open");
         drive(&host).await;
@@ -142,11 +138,7 @@ fn continue_as_new_after_kill() {
     .run(dir.path());
     assert!(kills > 0, "the child was never killed");
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = common::kill::runtime();
     let (results, segments) = rt.block_on(async {
         let host = open(dir.path()).await.expect("reopen");
         let results = drive(&host).await;

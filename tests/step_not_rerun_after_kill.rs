@@ -67,11 +67,7 @@ fn open(dir: &Path) -> impl std::future::Future<Output = reel::Result<Host>> {
 
 /// The child: start every run (idempotent) and drive them until killed.
 fn child(dir: &Path) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = common::kill::runtime();
     rt.block_on(async {
         let host = open(dir).await.expect("open");
         let mut handles = Vec::new();
@@ -111,11 +107,7 @@ fn step_not_rerun_after_kill() {
     assert!(kills > 0, "the child was never killed");
 
     // Restart in this process: every run resumes and completes.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = common::kill::runtime();
     let recorded: HashMap<String, Vec<String>> = rt.block_on(async {
         let host = open(dir.path()).await.expect("reopen");
         let mut out = HashMap::new();

@@ -39,6 +39,7 @@ fn meta(i: usize, now_ms: u64) -> RunMeta {
         parent: None,
         segment_start: 0,
         segment: 0,
+        queue: None,
     }
 }
 

@@ -28,7 +28,7 @@
 //!
 //! A plain `main` printing a table: `cargo bench --bench reel`.
 //! - `REEL_BENCH_QUICK=1` scales everything down for a smoke run of a few seconds.
-//! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity,listing` picks
+//! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity,listing,queue` picks
 //!   scenarios.
 //! - `REEL_BENCH_START_CONCURRENCY` (default 4,096): starts in flight at once in
 //!   the recovery scenario.
@@ -55,6 +55,7 @@ use std::time::Instant;
 
 mod entity;
 mod listing;
+mod queue;
 mod recovery;
 mod replay;
 mod sequential;
@@ -76,6 +77,7 @@ pub(crate) struct Config {
     recovery_start_concurrency: usize,
     entity_signals: u32,
     listing_runs: usize,
+    queue_runs: usize,
 }
 
 impl Config {
@@ -106,6 +108,7 @@ impl Config {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(if quick { 250 } else { 10_000 }),
             listing_runs: if quick { 3_000 } else { 1_000_000 },
+            queue_runs: if quick { 2_000 } else { 100_000 },
         }
     }
 
@@ -155,6 +158,7 @@ fn main() {
     timed("replay", &mut || vec![replay::replay(&rt, &cfg)], 2);
     timed("entity", &mut || entity::entity(&rt, &cfg), 4);
     timed("listing", &mut || listing::listing(&rt, &cfg), 5);
+    timed("queue", &mut || queue::queue(&rt, &cfg), 6);
     rows.sort_by_key(|(o, _)| *o);
 
     let mut table = String::new();

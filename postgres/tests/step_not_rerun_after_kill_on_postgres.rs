@@ -76,11 +76,7 @@ async fn open(dir: &Path) -> anyhow::Result<Host> {
 
 /// The child: start every run (idempotent) and drive them until killed.
 fn child(dir: &Path) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = kill::runtime();
     rt.block_on(async {
         let host = open(dir).await.expect("open");
         let mut handles = Vec::new();
@@ -106,11 +102,7 @@ fn step_not_rerun_after_kill_on_postgres() {
         child(Path::new(&dir));
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = kill::runtime();
     let dir = tempfile::tempdir().expect("tempdir");
     let url = rt.block_on(support::database("kill9"));
     std::fs::write(dir.path().join("url"), &url).expect("url file");

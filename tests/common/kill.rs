@@ -74,3 +74,13 @@ impl Rounds<'_> {
         kills
     }
 }
+
+/// The runtime a kill test's child and its parent's check run on: two workers,
+/// timers and I/O on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
