@@ -4,11 +4,14 @@
 //! service): `reel --url http://host:port/admin runs`. Every command works there.
 //! Read-only against a store directory no host holds: `reel --store DIR runs`
 //! (`runs`, `show`, `events`); a store a host holds answers a clear error.
-//! Tables for people; `--json` prints JSON for scripts.
+//! Tables for people; `--json` prints JSON for scripts. `reel copy FROM TO`
+//! copies a whole store (a directory or a `postgres://` URL) into an empty one,
+//! offline.
 //!
 //! Layout: `main.rs` the commands, `http.rs` the admin endpoint client, `store.rs`
-//! the store reader, `table.rs` the human output.
+//! the store reader, `copy.rs` the store copy, `table.rs` the human output.
 
+mod copy;
 mod http;
 mod store;
 mod table;
@@ -86,13 +89,17 @@ enum Command {
     },
     /// Deletes a finished run and its log.
     Delete { run: String },
+    /// Copies a whole store into an empty one, offline (no host may use either):
+    /// runs with their records and append times, timers, schedules. FROM and TO
+    /// are store directories or PostgreSQL URLs (postgres://user@host/db).
+    Copy { from: String, to: String },
 }
 
 /// Filters and paging of `runs`.
 #[derive(clap::Args)]
 struct RunsArgs {
     /// Only runs in these states (comma-separated: running, suspended, completed,
-    /// failed, cancelled, parked, paused).
+    /// failed, cancelled, parked, paused, enqueued).
     #[arg(long)]
     status: Option<String>,
     /// Only runs of this workflow.
@@ -124,6 +131,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<(), String> {
+    if let Command::Copy { from, to } = &cli.command {
+        return copy::copy(from, to, cli.json);
+    }
     match (&cli.url, &cli.store) {
         (Some(url), _) => remote(cli, &http::Admin::new(url)),
         (None, Some(dir)) => local(cli, dir),
@@ -204,6 +214,7 @@ fn remote(cli: &Cli, admin: &http::Admin) -> Result<(), String> {
         Command::Fork { run, at, new_id } => {
             act(run, "fork", json!({ "at_seq": at, "new_run_id": new_id }))
         }
+        Command::Copy { .. } => Err("`copy` takes no --url: it works on stores, offline".into()),
     }
 }
 
