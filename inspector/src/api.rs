@@ -45,7 +45,7 @@ fn status_kind(s: &str) -> Result<StatusKind, ApiError> {
 
 /// A run's summary as JSON, as the listing and the CLI show it: `{"run_id",
 /// "workflow", "version", "status", "waiting_on", "error", "parent", "segment",
-/// "log"}`.
+/// "queue", "log"}`.
 pub fn run_info_to_json(r: &RunInfo) -> Value {
     let (waiting_on, error) = match &r.status {
         RunStatus::Suspended { waiting_on } => (Some(waiting_on.clone()), None),
@@ -61,6 +61,7 @@ pub fn run_info_to_json(r: &RunInfo) -> Value {
         "error": error,
         "parent": r.parent,
         "segment": r.segment,
+        "queue": r.queue,
         "created_at": unix_ms(r.created_at),
         "updated_at": unix_ms(r.updated_at),
         "log": r.log.map(|l| json!({ "events": l.events, "bytes": l.bytes })),

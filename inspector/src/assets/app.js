@@ -3,7 +3,7 @@
 // actions, live updates over server-sent events).
 "use strict";
 const BASE = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
-const STATUSES = ["running", "suspended", "completed", "failed", "cancelled", "parked", "paused"];
+const STATUSES = ["running", "suspended", "completed", "failed", "cancelled", "parked", "paused", "enqueued"];
 const PAGE = 50;          // runs per page
 const ROWS = 300;         // timeline rows and records shown before "show more"
 const app = document.getElementById("app");
@@ -141,6 +141,7 @@ async function loadInfo() {
     ${r.waiting_on ? `<dt>waiting on</dt><dd>${esc(r.waiting_on)}</dd>` : ""}
     ${r.error ? `<dt>error</dt><dd class="error">${esc(r.error)}</dd>` : ""}
     ${r.parent ? `<dt>parent</dt><dd>${runLink(r.parent)}</dd>` : ""}
+    ${r.queue ? `<dt>queue</dt><dd>${esc(r.queue)}</dd>` : ""}
     ${r.children.length ? `<dt>children</dt><dd>${r.children.map((c) => `${runLink(c.run_id)} ${badge(c.status)}`).join(" ")}</dd>` : ""}
     <dt>log</dt><dd>${r.log ? `${r.log.events} events, ${r.log.bytes} bytes` : ""} (segment ${r.segment})</dd></dl>${actions}
     <p><a href="#/">← all runs</a></p>`;
