@@ -29,7 +29,9 @@ impl Export {
             .append(true)
             .open(&self.side)
             .map_err(|e| e.to_string())?;
-        writeln!(f, "{line}").map_err(|e| e.to_string())
+        // One write of the whole line: a kill cannot tear it.
+        f.write_all(format!("{line}\n").as_bytes())
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -45,7 +45,10 @@ impl Rounds<'_> {
                 .expect("spawn child");
             let stdout = child.stdout.take().expect("stdout");
             let (mut seen, mut finished) = (0, false);
-            for line in BufReader::new(stdout).lines() {
+            // Held until the child is killed: a pipe closed before would make
+            // the child's next print fail, and it would exit on its own.
+            let mut lines = BufReader::new(stdout).lines();
+            for line in &mut lines {
                 let Ok(line) = line else { break };
                 if line.starts_with(self.marker) {
                     seen += 1;
@@ -58,15 +61,22 @@ impl Rounds<'_> {
                     break;
                 }
             }
-            if !finished {
+            if finished {
+                // Read to the end, so its last prints (the test harness's) land.
+                for _ in &mut lines {}
+            } else {
                 child.kill().expect("SIGKILL"); // SIGKILL on Unix
                 kills += 1;
             }
+            drop(lines);
             let status = child.wait().expect("wait");
-            println!(
-                "round {round}: killed after {seen} `{}` lines ({status})",
-                self.marker
-            );
+            match finished {
+                true => println!("round {round}: finished on its own ({status})"),
+                false => println!(
+                    "round {round}: killed after {seen} `{}` lines ({status})",
+                    self.marker
+                ),
+            }
             if finished {
                 break;
             }
