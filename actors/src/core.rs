@@ -4,7 +4,8 @@
 //! actors under rotating supervisors, what happens when one stops for good),
 //! `routing` (delivering messages to runs, background deliveries of wake-ups),
 //! `parking`, `waiters` (result waiters), `published` (readers of published
-//! values), `children` (child-run links, child cycles), `listing`, `operate`
+//! values), `children` (child-run links, child cycles), `cluster` (leases,
+//! inbox and notices of a host that shares its store), `listing`, `operate`
 //! (pause, resume, retry), `fork`, `deletion` (delete, retention), `queueing`
 //! (starting runs on queues, admitting them), and `run_host`
 //! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
@@ -22,7 +23,7 @@ use kameo::message::Message;
 use kameo::supervision::RestartPolicy;
 use reel_storage::{
     Append, CorruptRecord, Event, Failure, LogSize, ParentLink, Payload, Record, RunMeta, RunState,
-    StorageError, Store, TimerEntry, check_run_id,
+    Scan, StorageError, Store, TimerEntry, check_run_id,
 };
 use tokio::sync::{OnceCell, Semaphore};
 
@@ -32,7 +33,7 @@ use crate::error::ActorError;
 use crate::host::RunHost;
 use crate::journal::{RUN_DEADLINE, timer_of};
 use crate::log_watch::{LogWatch, LogWatchers};
-use crate::message::{Delivery, Resume, StopRun};
+use crate::message::{Delivery, Mailable, Resume, StopRun};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::run_actor::{RunActor, RunArgs};
@@ -42,6 +43,7 @@ use crate::waiters::{PruneOnDrop, Waiters};
 
 mod activation;
 mod children;
+mod cluster;
 mod deletion;
 mod fork;
 mod listing;
@@ -107,6 +109,8 @@ pub struct Core {
     /// that ended late but started early cannot keep a pass from the ones after.
     retention_cursors: Mutex<HashMap<reel_storage::StatusKind, reel_storage::listing::ListCursor>>,
     closing: AtomicBool,
+    /// Held while the inbox is read (`cluster`): one reader at a time.
+    inbox: tokio::sync::Mutex<()>,
     /// Work in flight (busy executions, deliveries, firing timers), watched by a
     /// clock that moves when the host is idle.
     pub(crate) activity: Arc<reel_storage::Activity>,
@@ -246,8 +250,18 @@ impl Core {
             }
             Err(e) => return Err(e.into()),
         }
-        self.schedule_timers(add_timers);
         metrics::counter!(reel_storage::metrics::RUNS_STARTED).increment(1);
+        if self.owned_elsewhere(&run_id) {
+            // Another host owns the run: it learns of it, and of its timers, by mail.
+            let timers = add_timers
+                .into_iter()
+                .map(|t| (t.fire_at, t.timer_id))
+                .collect();
+            self.post(&run_id, Some(reel_storage::Mail::Wake { timers }))
+                .await?;
+            return Ok(Started::Created);
+        }
+        self.schedule_timers(add_timers);
         if let Some(entry) = &meta_copy.queue
             && enqueued
         {

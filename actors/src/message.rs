@@ -3,7 +3,7 @@
 //! the core sends these, the run actor handles them, neither module names the other
 //! for them.
 
-use reel_storage::{Failure, ParentLink, Payload, TimerEntry};
+use reel_storage::{Failure, Mail, ParentLink, Payload, TimerEntry};
 
 /// A child run a handler calls: waited for, or detached (a `detached#<n>` wait id,
 /// see [`is_detached`]).
@@ -82,4 +82,116 @@ pub(crate) struct StopRun;
 /// parent does not wait on it and is not told when it ends.
 pub(crate) fn is_detached(wait_id: &str) -> bool {
     wait_id.starts_with("detached#")
+}
+
+/// What a message becomes when its run is owned by another host: the mail posted
+/// to that host's inbox, or `None` for what only the owner does (a timer fires on
+/// the host that holds it; the owner has it too).
+pub(crate) trait Mailable {
+    fn mail(&self) -> Option<Mail>;
+}
+
+impl Mailable for Resume {
+    fn mail(&self) -> Option<Mail> {
+        Some(Mail::Wake { timers: Vec::new() })
+    }
+}
+
+impl Mailable for Admit {
+    fn mail(&self) -> Option<Mail> {
+        Some(Mail::Wake { timers: Vec::new() })
+    }
+}
+
+impl Mailable for Pause {
+    fn mail(&self) -> Option<Mail> {
+        Some(Mail::Pause {
+            reason: self.reason.clone(),
+        })
+    }
+}
+
+impl Mailable for Unpause {
+    fn mail(&self) -> Option<Mail> {
+        Some(Mail::Unpause)
+    }
+}
+
+impl Mailable for Retry {
+    fn mail(&self) -> Option<Mail> {
+        Some(Mail::Retry)
+    }
+}
+
+impl Mailable for Delivery {
+    fn mail(&self) -> Option<Mail> {
+        Some(match self.clone() {
+            Delivery::Signal {
+                name,
+                signal_id,
+                payload,
+            } => Mail::Signal {
+                name,
+                signal_id,
+                payload,
+            },
+            Delivery::Timer(_) => return None,
+            Delivery::ChildDone {
+                wait_id,
+                child,
+                result,
+            } => Mail::ChildDone {
+                wait_id,
+                child,
+                result,
+            },
+            Delivery::ChildDetached {
+                wait_id,
+                child,
+                error,
+            } => Mail::ChildDetached {
+                wait_id,
+                child,
+                error,
+            },
+            Delivery::Cancel { reason, hard } => Mail::Cancel { reason, hard },
+        })
+    }
+}
+
+impl Delivery {
+    /// The delivery a mail from another host asks for, if it is one.
+    pub(crate) fn of_mail(mail: Mail) -> Option<Delivery> {
+        Some(match mail {
+            Mail::Signal {
+                name,
+                signal_id,
+                payload,
+            } => Delivery::Signal {
+                name,
+                signal_id,
+                payload,
+            },
+            Mail::ChildDone {
+                wait_id,
+                child,
+                result,
+            } => Delivery::ChildDone {
+                wait_id,
+                child,
+                result,
+            },
+            Mail::ChildDetached {
+                wait_id,
+                child,
+                error,
+            } => Delivery::ChildDetached {
+                wait_id,
+                child,
+                error,
+            },
+            Mail::Cancel { reason, hard } => Delivery::Cancel { reason, hard },
+            Mail::Wake { .. } | Mail::Pause { .. } | Mail::Unpause | Mail::Retry => return None,
+        })
+    }
 }

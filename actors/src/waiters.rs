@@ -39,6 +39,11 @@ impl<T> Waiters<T> {
         self.lock().clear();
     }
 
+    /// The runs someone waits on.
+    pub(crate) fn runs(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// How many callers wait, over all runs.
     pub(crate) fn count(&self) -> usize {
         self.lock().values().map(Vec::len).sum()

@@ -19,6 +19,8 @@
 //! - `schema`: the tables, their migrations and the format check ([`SCHEMA_VERSION`]).
 //! - `store`: [`PgStore`]: connection pool, sync reads, `close`.
 //! - `writer`: the group-commit writer task.
+//! - `cluster`: several hosts over one database ([`ClusterConfig`],
+//!   [`PgStore::join`]): leases of partitions, the inbox, the notice listener.
 //!
 //! # Tables
 //! - `reel_schema (key, value)`: `format` (the log format, [`reel_storage::FORMAT_VERSION`])
@@ -30,8 +32,12 @@
 //! - `reel_timers (key, run_id, part, fire_at)`: the due-time index; `key` is fjall's
 //!   timer key (big-endian due time, run id, NUL, timer id), so it sorts by due time.
 //!
+//! - `reel_leases (part, owner, expires_at)`: who holds each partition until when;
+//!   `reel_hosts (host_id, expires_at)`: the live hosts' heartbeats;
+//!   `reel_inbox (id, part, run_id, mail)`: what hosts ask of runs others own.
+//!
 //! `part` is [`partition_of`] the run id, a stable hash into [`PARTITIONS`]
-//! partitions: the unit several hosts will share a database by.
+//! partitions: the unit several hosts share a database by.
 //!
 //! # Client
 //! `tokio-postgres` with a `deadpool-postgres` pool, driven by a small runtime the
@@ -56,25 +62,20 @@
 //! (after a connection lost during `COMMIT` the batch may have landed: a retry would
 //! misreport it).
 
+mod cluster;
 mod schema;
 mod store;
 mod writer;
 
+pub use cluster::ClusterConfig;
+pub use reel_storage::PARTITIONS;
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;
 
-/// How many partitions run ids hash into (the `part` column).
-pub const PARTITIONS: u32 = 256;
-
-/// The partition of a run: FNV-1a of the run id modulo [`PARTITIONS`], stable across
-/// builds and platforms.
+/// The partition of a run as stored (the `part` column):
+/// [`reel_storage::partition_of`].
 pub fn partition_of(run_id: &str) -> i16 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in run_id.as_bytes() {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    i16::try_from(h % PARTITIONS).unwrap_or(0)
+    i16::try_from(reel_storage::partition_of(run_id)).unwrap_or(0)
 }
 
 /// A tokio-postgres error as a storage error: the server's message when there is one.

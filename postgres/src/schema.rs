@@ -7,10 +7,10 @@ use crate::pg_err;
 
 /// The migration level this build creates and reads. A database at a higher level
 /// was written by a newer build and is refused.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Migration `i` takes the schema from level `i` to `i + 1`.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     r#"
 CREATE TABLE reel_log (
     run_id text COLLATE "C" NOT NULL,
@@ -43,6 +43,25 @@ CREATE TABLE reel_schedules (
     id text COLLATE "C" PRIMARY KEY,
     record bytea NOT NULL
 );
+"#,
+    r#"
+CREATE TABLE reel_leases (
+    part smallint PRIMARY KEY,
+    owner text COLLATE "C",
+    expires_at timestamptz NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO reel_leases (part) SELECT generate_series(0, 255);
+CREATE TABLE reel_hosts (
+    host_id text COLLATE "C" PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);
+CREATE TABLE reel_inbox (
+    id bigserial PRIMARY KEY,
+    part smallint NOT NULL,
+    run_id text COLLATE "C" NOT NULL,
+    mail bytea NOT NULL
+);
+CREATE INDEX reel_inbox_part ON reel_inbox (part, id);
 "#,
 ];
 

@@ -7,14 +7,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use reel_storage::listing::{ListCursor, MetaPage, RunQuery, page_of_sorted};
 use reel_storage::{
-    Append, CommitListener, Event, LogReader, LogSize, LogWriter, MetaReader, Record, Result,
-    RunMeta, Scan, ScheduleRecord, ScheduleStore, StatusKind, StorageError, Store, Ticket,
+    Append, Cluster, CommitListener, Event, LogReader, LogSize, LogWriter, MetaReader, Record,
+    Result, RunMeta, Scan, ScheduleRecord, ScheduleStore, StatusKind, StorageError, Store, Ticket,
     TimerEntry, TimerReader, decode_timer_key,
 };
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 
+use crate::cluster::{ClusterConfig, Membership, listen};
 use crate::writer::{Encoded, Listener, Request, writer_loop};
 use crate::{pg_err, schema, stmt};
 
@@ -29,6 +30,8 @@ pub struct PgStore {
     tx: Mutex<Option<mpsc::UnboundedSender<Request>>>,
     writer_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     listener: Listener,
+    /// Set when the store joined a cluster ([`PgStore::join`]).
+    pub(crate) member: Option<Arc<Membership>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -47,6 +50,25 @@ impl PgStore {
     /// reached; [`StorageError::IncompatibleFormat`] for a database written by
     /// another log format or a newer schema.
     pub async fn connect(url: &str) -> Result<Arc<PgStore>> {
+        PgStore::open(url, None).await
+    }
+
+    /// Connects like [`PgStore::connect`] as one of several hosts sharing the
+    /// database: the host that uses this store runs only the runs of the
+    /// partitions it leases, and reaches the others through their owners' inboxes.
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`]; [`StorageError::InvalidRunId`] for an empty host id.
+    pub async fn join(url: &str, cluster: ClusterConfig) -> Result<Arc<PgStore>> {
+        if cluster.host_id.is_empty() || cluster.lease_ttl.is_zero() {
+            return Err(StorageError::Io(
+                "a cluster member needs a host id and a lease time above zero".into(),
+            ));
+        }
+        PgStore::open(url, Some(cluster)).await
+    }
+
+    async fn open(url: &str, cluster: Option<ClusterConfig>) -> Result<Arc<PgStore>> {
         let config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StorageError::Io(format!("postgres URL: {e}")))?;
@@ -57,6 +79,10 @@ impl PgStore {
             .build()
             .map_err(|e| StorageError::Io(e.to_string()))?;
         let handle = runtime.handle().clone();
+        let member = cluster.map(Membership::new);
+        if let Some(member) = &member {
+            handle.spawn(listen(config.clone(), member.clone()));
+        }
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -88,8 +114,9 @@ impl PgStore {
         let writer_pool = pool.clone();
         let listener: Listener = Arc::new(RwLock::new(None));
         let writer_listener = listener.clone();
+        let fence = member.as_ref().map(|m| m.config.host_id.clone());
         handle.spawn(async move {
-            writer_loop(writer_pool, rx, writer_listener).await;
+            writer_loop(writer_pool, rx, writer_listener, fence).await;
             let _ = done_tx.send(());
         });
         Ok(Arc::new(PgStore {
@@ -99,12 +126,13 @@ impl PgStore {
             tx: Mutex::new(Some(tx)),
             writer_done: Mutex::new(Some(done_rx)),
             listener,
+            member,
         }))
     }
 
     /// Runs `f` with a pooled connection on the store's runtime and waits for it;
     /// works from any thread.
-    fn block<T, F, Fut>(&self, f: F) -> Result<T>
+    pub(crate) fn block<T, F, Fut>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(Object) -> Fut + Send + 'static,
@@ -333,7 +361,7 @@ impl LogReader for PgStore {
 
 /// Decodes `(run_id, meta)` rows of `reel_runs` or `reel_active`; one that does not
 /// decode is reported, not fatal.
-fn scan_meta(keyspace: &str, rows: &[tokio_postgres::Row]) -> Scan<RunMeta> {
+pub(crate) fn scan_meta(keyspace: &str, rows: &[tokio_postgres::Row]) -> Scan<RunMeta> {
     let mut scan = Scan::default();
     for row in rows {
         let run: &str = row.get(0);
@@ -481,19 +509,25 @@ impl TimerReader for PgStore {
                 )
                 .await
                 .map_err(|e| pg_err(&e))?;
-            let mut scan = Scan::default();
-            for row in &rows {
-                match decode_timer_key(row.get(0)) {
-                    Ok(t) => scan.items.push(t),
-                    Err(bad) => {
-                        tracing::error!(record = %bad, "reel: skipping a corrupt timer key");
-                        scan.corrupt.push(bad);
-                    }
-                }
-            }
-            Ok(scan)
+            Ok(scan_timers(&rows))
         })
     }
+}
+
+/// Decodes `(key)` rows of `reel_timers`; a key that does not decode is reported,
+/// not fatal.
+pub(crate) fn scan_timers(rows: &[tokio_postgres::Row]) -> Scan<TimerEntry> {
+    let mut scan = Scan::default();
+    for row in rows {
+        match decode_timer_key(row.get(0)) {
+            Ok(t) => scan.items.push(t),
+            Err(bad) => {
+                tracing::error!(record = %bad, "reel: skipping a corrupt timer key");
+                scan.corrupt.push(bad);
+            }
+        }
+    }
+    scan
 }
 
 impl Store for PgStore {
@@ -501,6 +535,10 @@ impl Store for PgStore {
     /// nothing to do here.
     fn reclaim(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        self.member.as_ref().map(|_| self as &dyn Cluster)
     }
 
     fn close(&self) {
@@ -512,6 +550,33 @@ impl Store for PgStore {
             && let Some(done) = done.take()
         {
             let _ = done.recv();
+        }
+        if let Some(member) = &self.member {
+            // Gives the leases back: the other hosts take the partitions over at
+            // their next renewal instead of after the lease time.
+            let me = member.config.host_id.clone();
+            let pool = self.pool.clone();
+            let (reply, answer) = std::sync::mpsc::channel();
+            self.handle.spawn(async move {
+                let released = async {
+                    let c = get(&pool).await?;
+                    c.execute(
+                        "UPDATE reel_leases SET owner = NULL, expires_at = '-infinity' WHERE owner = $1",
+                        &[&me],
+                    )
+                    .await
+                    .map_err(|e| pg_err(&e))?;
+                    c.execute("DELETE FROM reel_hosts WHERE host_id = $1", &[&me])
+                        .await
+                        .map_err(|e| pg_err(&e))?;
+                    Ok::<_, StorageError>(())
+                }
+                .await;
+                let _ = reply.send(released);
+            });
+            if let Ok(Err(e)) = answer.recv() {
+                tracing::warn!(error = %e, "reel-postgres: could not give the leases back; they expire");
+            }
         }
         self.pool.close();
         if let Ok(mut rt) = self.runtime.lock()

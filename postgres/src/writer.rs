@@ -79,6 +79,7 @@ pub(crate) async fn writer_loop(
     pool: Pool,
     mut rx: mpsc::UnboundedReceiver<Request>,
     listener: Listener,
+    fence: Option<String>,
 ) {
     let mut pending = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut pending, MAX_BATCH).await > 0 {
@@ -109,7 +110,7 @@ pub(crate) async fn writer_loop(
             })
             .unzip();
         let (mut requests, receivers): (Vec<_>, Vec<_>) = answers.into_iter().unzip();
-        commit(&pool, &mut requests).await;
+        commit(&pool, &mut requests, fence.as_deref()).await;
         for (i, (reply, rx)) in replies.into_iter().zip(receivers).enumerate() {
             let outcome = rx.await.unwrap_or(Err(StorageError::Closed));
             if outcome.is_ok()
@@ -122,7 +123,7 @@ pub(crate) async fn writer_loop(
     }
 }
 
-async fn commit(pool: &Pool, pending: &mut Vec<Request>) {
+async fn commit(pool: &Pool, pending: &mut Vec<Request>, fence: Option<&str>) {
     let mut client = match get(pool).await {
         Ok(c) => c,
         Err(e) => {
@@ -133,7 +134,7 @@ async fn commit(pool: &Pool, pending: &mut Vec<Request>) {
         }
     };
     let appends: Vec<&Encoded> = pending.iter().map(|r| &r.append).collect();
-    match write(&mut client, &appends).await {
+    match write(&mut client, &appends, fence).await {
         Ok(outcomes) => {
             for (req, outcome) in pending.drain(..).zip(outcomes) {
                 let _ = req.reply.send(outcome);
@@ -142,7 +143,7 @@ async fn commit(pool: &Pool, pending: &mut Vec<Request>) {
         Err(e @ StorageError::Conflict { .. }) if pending.len() > 1 => {
             tracing::debug!(error = %e, "reel-postgres: batch failed, writing its appends one by one");
             for req in pending.drain(..) {
-                let outcome = match write(&mut client, &[&req.append]).await {
+                let outcome = match write(&mut client, &[&req.append], fence).await {
                     Ok(mut o) => o.pop().unwrap_or(Ok(())),
                     Err(e) => Err(e),
                 };
@@ -175,15 +176,32 @@ impl CloneIo for StorageError {
                 expected: *expected,
                 actual: *actual,
             },
+            StorageError::NotOwner { run_id, partition } => StorageError::NotOwner {
+                run_id: run_id.clone(),
+                partition: *partition,
+            },
             e => StorageError::Io(e.to_string()),
         }
     }
 }
 
+impl Encoded {
+    /// Whether this append creates its run (its first events): any host may.
+    fn creates(&self) -> bool {
+        self.expected_seq == Some(0) && !self.records.is_empty()
+    }
+}
+
 /// Writes `appends` in one transaction. Appends whose expected sequence number does
-/// not match get a conflict in their slot of the answer and are left out; the error
+/// not match get a conflict in their slot of the answer and are left out; so do
+/// appends to runs of partitions this host does not lease, when it is one of
+/// several (`fence` is its host id): they get [`StorageError::NotOwner`]. The error
 /// is for the transaction as a whole.
-async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<()>>> {
+async fn write(
+    client: &mut Object,
+    appends: &[&Encoded],
+    fence: Option<&str>,
+) -> Result<Vec<Result<()>>> {
     let tx = client.transaction().await.map_err(|e| pg_err(&e))?;
     // Statements that do not depend on each other are issued together: the
     // connection pipelines them, one round trip for the lot.
@@ -197,7 +215,26 @@ async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<(
         }
         Ok(())
     };
-    let ((), mut next) = tokio::try_join!(lazy, next_seqs(&tx, appends))?;
+    let fenced: Vec<i16> = match fence {
+        Some(_) => {
+            let mut parts: Vec<i16> = appends
+                .iter()
+                .filter(|a| !a.creates())
+                .map(|a| partition_of(&a.run_id))
+                .collect();
+            parts.sort_unstable();
+            parts.dedup();
+            parts
+        }
+        None => Vec::new(),
+    };
+    let leased = async {
+        match fence {
+            Some(host) => crate::cluster::fence(&tx, host, &fenced).await,
+            None => Ok(Default::default()),
+        }
+    };
+    let ((), mut next, leased) = tokio::try_join!(lazy, next_seqs(&tx, appends), leased)?;
     let mut outcomes = Vec::with_capacity(appends.len());
     let (mut log_runs, mut log_seqs, mut log_parts, mut log_records) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -206,6 +243,14 @@ async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<(
     let mut metas: BTreeMap<&str, &(Vec<u8>, bool)> = BTreeMap::new();
     let mut timers: HashMap<&[u8], Option<(&str, u64)>> = HashMap::new();
     for a in appends {
+        let part = partition_of(&a.run_id);
+        if fence.is_some() && !a.creates() && !leased.contains(&part) {
+            outcomes.push(Err(StorageError::NotOwner {
+                run_id: a.run_id.clone(),
+                partition: u16::try_from(part).unwrap_or(0),
+            }));
+            continue;
+        }
         if let Some(expected) = a.expected_seq {
             let actual = next.get(a.run_id.as_str()).copied().unwrap_or(0);
             if actual != expected {
@@ -216,7 +261,6 @@ async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<(
                 }));
                 continue;
             }
-            let part = partition_of(&a.run_id);
             for (i, record) in a.records.iter().enumerate() {
                 log_runs.push(a.run_id.as_str());
                 log_seqs.push(seq_sql(expected + i as u64));
@@ -252,7 +296,30 @@ async fn write(client: &mut Object, appends: &[&Encoded]) -> Result<Vec<Result<(
         }
         Ok(())
     };
-    tokio::try_join!(log, write_meta(&tx, &metas), write_timers(&tx, &timers))?;
+    let notify = async {
+        if fence.is_some() && !metas.is_empty() {
+            // Hosts waiting on these runs (`result()` elsewhere) hear of the change
+            // once this commits.
+            let runs: Vec<&str> = metas.keys().copied().collect();
+            tx.execute(
+                &tx_stmt(
+                    &tx,
+                    "SELECT pg_notify('reel_changed', r) FROM unnest($1::text[]) AS r",
+                )
+                .await?,
+                &[&runs],
+            )
+            .await
+            .map_err(|e| pg_err(&e))?;
+        }
+        Ok(())
+    };
+    tokio::try_join!(
+        log,
+        write_meta(&tx, &metas),
+        write_timers(&tx, &timers),
+        notify
+    )?;
     tx.commit().await.map_err(|e| pg_err(&e))?;
     Ok(outcomes)
 }

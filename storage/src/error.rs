@@ -66,6 +66,15 @@ pub enum StorageError {
     /// The store was closed.
     #[error("store is closed")]
     Closed,
+    /// Several hosts share the store and this one does not hold the lease of the
+    /// run's partition (any more): another host owns the run now.
+    #[error("run `{run_id}` is owned by another host now (partition {partition})")]
+    NotOwner {
+        /// The run.
+        run_id: String,
+        /// Its partition.
+        partition: u16,
+    },
 }
 
 impl StorageError {
@@ -73,7 +82,10 @@ impl StorageError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            StorageError::Conflict { .. } | StorageError::Io(_) | StorageError::Locked { .. }
+            StorageError::Conflict { .. }
+                | StorageError::Io(_)
+                | StorageError::Locked { .. }
+                | StorageError::NotOwner { .. }
         )
     }
 

@@ -32,11 +32,14 @@
 //!   [`Activity`], a host's gauge of work in flight.
 //! - `validation` (feature `validation`): the contract every backend passes, as
 //!   reusable checks run against fjall, [`MemStore`] and PostgreSQL.
+//! - `cluster`: [`Cluster`], what a store several hosts share adds: partitions
+//!   ([`partition_of`]), leases, the inbox of [`Mail`] and [`Notice`]s.
 //! - `copy`: [`copy_store`], an offline copy of a whole store into another
 //!   (between any two backends).
 //! - `error`: [`StorageError`].
 
 mod clock;
+mod cluster;
 mod copy;
 mod error;
 mod event;
@@ -55,6 +58,7 @@ pub mod testing;
 pub mod validation;
 
 pub use clock::{Activity, Busy, Clock, Sleep, SystemClock, from_ms, to_ms};
+pub use cluster::{Cluster, LeaseChange, Letter, Mail, Notice, PARTITIONS, partition_of};
 pub use copy::{CopyError, CopyReport, copy_store};
 pub use error::StorageError;
 pub use event::{AttemptError, Event, Failure, Payload};

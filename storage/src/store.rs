@@ -266,4 +266,10 @@ pub trait Store:
     /// # Errors
     /// I/O.
     fn reclaim(&self) -> Result<()>;
+
+    /// The store's [`Cluster`](crate::Cluster) when several hosts share it; `None`
+    /// (the default) for a store one host owns entirely.
+    fn cluster(&self) -> Option<&dyn crate::Cluster> {
+        None
+    }
 }

@@ -1,4 +1,5 @@
-//! Recovery: what opening a core does at start-up. Damaged records park their runs
+//! Recovery: what opening a core does at start-up, and what taking a partition
+//! over does on a host that shares its store. Damaged records park their runs
 //! (in memory); parked runs and runs whose timer came due while no host ran are
 //! marked running; the timer service gets the due-time index; unfinished runs are
 //! resumed in the background.
@@ -24,7 +25,8 @@ fn corrupt_runs<'a>(records: impl Iterator<Item = &'a CorruptRecord>) -> HashMap
 impl Core {
     /// Opens a core over `store`: loads the due-time index into the timer service and
     /// begins recovery of unfinished runs in the background, so it returns
-    /// as soon as the store is readable.
+    /// as soon as the store is readable. A store several hosts share is recovered
+    /// partition by partition as this host leases them (`cluster`).
     ///
     /// # Errors
     /// A storage error from the recovery scan.
@@ -33,60 +35,15 @@ impl Core {
         registry: Arc<dyn Registry>,
         options: CoreOptions,
     ) -> Result<Arc<Core>, ActorError> {
-        let scan = store.clone();
-        let unfinished = blocking(move || scan.unfinished_runs()).await?;
-        let scan = store.clone();
-        let timers = blocking(move || scan.timers()).await?;
-        // A record that does not decode costs its run, not the store: that run is
-        // reported parked (from memory, its records left as found, so the next host
-        // reports it again) and neither resumed nor woken; every other run is.
-        let corrupt = corrupt_runs(unfinished.corrupt.iter().chain(&timers.corrupt));
-        let unfinished: Vec<RunMeta> = unfinished
-            .items
-            .into_iter()
-            .filter(|m| !corrupt.contains_key(&m.run_id))
-            .collect();
-        let timers: Vec<TimerEntry> = timers
-            .items
-            .into_iter()
-            .filter(|t| !corrupt.contains_key(&t.run_id))
-            .collect();
-        // Parked runs get another chance with the code registered now: mark them
-        // running before accepting work, so `result()` waits for the retry instead
-        // of reporting the old parking error.
-        // Likewise a suspended run whose timer came due while no host was running:
-        // it is about to be woken, so it is reported as running.
-        let now = options.clock.now_ms();
-        let due: std::collections::HashSet<&str> = timers
-            .iter()
-            .take_while(|t| t.fire_at <= now)
-            .map(|t| t.run_id.as_str())
-            .collect();
-        let unparked: Vec<_> = unfinished
-            .iter()
-            .filter(|m| match &m.state {
-                RunState::Parked { .. } => true,
-                RunState::Suspended { .. } => due.contains(m.run_id.as_str()),
-                _ => false,
-            })
-            .map(|m| {
-                store.submit(Append {
-                    run_id: m.run_id.clone(),
-                    meta: Some(RunMeta {
-                        state: RunState::Running,
-                        updated_at: now,
-                        ..m.clone()
-                    }),
-                    durable: true,
-                    at: Some(now),
-                    ..Append::default()
-                })
-            })
-            .collect();
-        drop(due);
-        for ticket in unparked {
-            ticket.await?;
-        }
+        let clustered = store.cluster().is_some();
+        let (unfinished, timers) = if clustered {
+            (Scan::default(), Scan::default())
+        } else {
+            let scan = store.clone();
+            let unfinished = blocking(move || scan.unfinished_runs()).await?;
+            let scan = store.clone();
+            (unfinished, blocking(move || scan.timers()).await?)
+        };
         let passivator = Passivator::start(options.passivate_after);
         let log_watchers = Arc::new(LogWatchers::default());
         store.set_commit_listener(log_watchers.clone());
@@ -98,7 +55,7 @@ impl Core {
             let timers = TimerService::spawn_with_mailbox(
                 TimerArgs {
                     host: me.clone(),
-                    timers,
+                    timers: Vec::new(),
                     clock: options.clock.clone(),
                     activity: activity.clone(),
                 },
@@ -115,7 +72,7 @@ impl Core {
                 passivator,
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),
-                unrecorded_parks: Mutex::new(corrupt),
+                unrecorded_parks: Mutex::new(HashMap::new()),
                 supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
                 retired_supervisors: Mutex::new(Vec::new()),
                 timers,
@@ -125,11 +82,89 @@ impl Core {
                 log_watchers,
                 retention_cursors: Default::default(),
                 closing: AtomicBool::new(false),
+                inbox: tokio::sync::Mutex::new(()),
                 activity: activity.clone(),
                 me: me.clone(),
             }
         });
-        core.queues.recover(&unfinished);
+        if let Err(e) = core.recover_runs(unfinished, timers).await {
+            core.shutdown().await;
+            return Err(e);
+        }
+        core.spawn_retention(core.options.retention.clone());
+        for queue in core.queues.names() {
+            core.admit_later(queue, core.busy());
+        }
+        core.join_cluster();
+        Ok(core)
+    }
+
+    /// Recovers runs found by a scan (of the whole store, or of partitions just
+    /// leased): damaged ones are parked in memory; parked ones, and suspended ones
+    /// whose timer came due while no host ran them, are marked running; their
+    /// timers go to the timer service and their queues learn them; unfinished
+    /// ones are resumed in the background.
+    pub(super) async fn recover_runs(
+        &self,
+        unfinished: Scan<RunMeta>,
+        timers: Scan<TimerEntry>,
+    ) -> Result<(), ActorError> {
+        // A record that does not decode costs its run, not the store: that run is
+        // reported parked (from memory, its records left as found, so the next host
+        // reports it again) and neither resumed nor woken; every other run is.
+        let corrupt = corrupt_runs(unfinished.corrupt.iter().chain(&timers.corrupt));
+        let unfinished: Vec<RunMeta> = unfinished
+            .items
+            .into_iter()
+            .filter(|m| !corrupt.contains_key(&m.run_id))
+            .collect();
+        let timers: Vec<TimerEntry> = timers
+            .items
+            .into_iter()
+            .filter(|t| !corrupt.contains_key(&t.run_id))
+            .collect();
+        self.unrecorded_parks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(corrupt);
+        // Parked runs get another chance with the code registered now: mark them
+        // running before accepting work, so `result()` waits for the retry instead
+        // of reporting the old parking error.
+        // Likewise a suspended run whose timer came due while no host was running:
+        // it is about to be woken, so it is reported as running.
+        let now = self.options.clock.now_ms();
+        let due: std::collections::HashSet<&str> = timers
+            .iter()
+            .take_while(|t| t.fire_at <= now)
+            .map(|t| t.run_id.as_str())
+            .collect();
+        let unparked: Vec<_> = unfinished
+            .iter()
+            .filter(|m| match &m.state {
+                RunState::Parked { .. } => true,
+                RunState::Suspended { .. } => due.contains(m.run_id.as_str()),
+                _ => false,
+            })
+            .map(|m| {
+                self.store.submit(Append {
+                    run_id: m.run_id.clone(),
+                    meta: Some(RunMeta {
+                        state: RunState::Running,
+                        updated_at: now,
+                        ..m.clone()
+                    }),
+                    durable: true,
+                    at: Some(now),
+                    ..Append::default()
+                })
+            })
+            .collect();
+        drop(due);
+        for ticket in unparked {
+            ticket.await?;
+        }
+        self.schedule_timers(timers);
+        self.queues.recover(&unfinished);
         let to_resume: Vec<String> = unfinished
             .into_iter()
             .filter(|m| match &m.state {
@@ -139,15 +174,11 @@ impl Core {
             })
             .map(|m| m.run_id)
             .collect();
-        core.spawn_retention(core.options.retention.clone());
         tracing::info!(resuming = to_resume.len(), "reel: recovery started");
-        for queue in core.queues.names() {
-            core.admit_later(queue, core.busy());
-        }
         // A bare task: it only sends messages, and stops at the first refusal once
         // the host is closing.
-        let weak = Arc::downgrade(&core);
-        let busy = activity.enter();
+        let weak = self.me.clone();
+        let busy = self.activity.enter();
         tokio::spawn(async move {
             let _busy = busy;
             futures::stream::iter(to_resume)
@@ -162,6 +193,6 @@ impl Core {
                 })
                 .await;
         });
-        Ok(core)
+        Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! Routing of messages to runs: delivering one (activating a passivated run and
 //! retrying when its actor stopped meanwhile), and background deliveries of what
 //! wakes runs (timers coming due, child results, cancels passed on to children).
+//! A run another host owns gets the message as mail (`cluster`).
 
 use super::*;
 
@@ -41,7 +42,7 @@ impl Core {
     /// when the actor stopped (passivated or restarted) while the message was queued.
     pub(crate) async fn deliver<M>(&self, run_id: &str, msg: M) -> Result<(), ActorError>
     where
-        M: Clone + Send + 'static,
+        M: Clone + Send + Mailable + 'static,
         RunActor: Message<M, Reply = Result<(), ActorError>>,
     {
         self.deliver_with(run_id, msg, None).await
@@ -55,17 +56,26 @@ impl Core {
         mut preload: Option<(RunMeta, Vec<Event>)>,
     ) -> Result<(), ActorError>
     where
-        M: Clone + Send + 'static,
+        M: Clone + Send + Mailable + 'static,
         RunActor: Message<M, Reply = Result<(), ActorError>>,
     {
         let _busy = self.activity.enter();
         let mut last = String::new();
         for _ in 0..16 {
             self.check_open()?;
+            // Another host owns the run: it gets what wakes the run as mail.
+            if self.owned_elsewhere(run_id) {
+                return self.post(run_id, msg.mail()).await;
+            }
             let actor = self.actor_for(run_id, preload.take()).await?;
             match actor.ask(msg.clone()).await {
                 Ok(()) => return Ok(()),
                 Err(SendError::HandlerError(ActorError::Retired)) => {}
+                // The run's partition was taken over since the check above: its
+                // write was refused, so the new owner gets the message.
+                Err(SendError::HandlerError(ActorError::Storage(StorageError::NotOwner {
+                    ..
+                }))) => return self.post(run_id, msg.mail()).await,
                 Err(SendError::HandlerError(e)) => return Err(e),
                 Err(e) => last = e.to_string(),
             }

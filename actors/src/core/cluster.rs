@@ -1,0 +1,289 @@
+//! Several hosts over one store (a backend with a [`Cluster`]): this host runs
+//! the runs of the partitions it leases. A lease task renews the leases, recovers
+//! the runs of partitions gained (as start-up recovery does for a whole store) and
+//! stops the runs of partitions lost or given back; an inbox task applies the mail
+//! other hosts post for runs owned here, woken by the backend's notices with a
+//! poll as the fallback, and wakes local `result()` waiters when another host
+//! changed a run.
+
+use std::collections::BTreeSet;
+
+use reel_storage::{Cluster, Letter, Mail, Notice, partition_of};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::*;
+use crate::message::{Pause, Retry, Unpause};
+
+/// Letters taken from the inbox at a time.
+const LETTERS: usize = 256;
+
+/// How often the inbox is read when no notice arrives (notices can be lost).
+const INBOX_POLL: Duration = Duration::from_secs(1);
+
+impl Core {
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        self.store.cluster()
+    }
+
+    /// Whether another host owns the run (this host does not lease its partition).
+    pub(crate) fn owned_elsewhere(&self, run_id: &str) -> bool {
+        self.cluster()
+            .is_some_and(|c| !c.holds(partition_of(run_id)))
+    }
+
+    /// Posts `mail` to the owner of the run; `None` (what only an owner does) is
+    /// dropped.
+    pub(crate) async fn post(&self, run_id: &str, mail: Option<Mail>) -> Result<(), ActorError> {
+        let Some(mail) = mail else {
+            return Ok(());
+        };
+        let store = self.store.clone();
+        let run = run_id.to_owned();
+        blocking(move || match store.cluster() {
+            Some(c) => c.post(&run, &mail),
+            None => Ok(()),
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Starts the lease and inbox tasks of a host that shares its store.
+    pub(super) fn join_cluster(&self) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let mut notices = cluster.subscribe();
+        let renew_every = cluster.lease_ttl() / 3;
+        let weak = self.me.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(core) = weak.upgrade().filter(|c| !c.is_closing()) else {
+                    return;
+                };
+                core.renew_leases().await;
+                drop(core);
+                tokio::time::sleep(renew_every).await;
+            }
+        });
+        let weak = self.me.clone();
+        tokio::spawn(async move {
+            loop {
+                let notice = tokio::time::timeout(INBOX_POLL, notices.recv()).await;
+                let Some(core) = weak.upgrade().filter(|c| !c.is_closing()) else {
+                    return;
+                };
+                match notice {
+                    Ok(Ok(Notice::Changed(run_id))) => core.notify_changed(&run_id, None),
+                    Ok(Ok(Notice::Mail(part))) => {
+                        if core.cluster().is_some_and(|c| c.holds(part)) {
+                            core.drain_inbox().await;
+                        }
+                    }
+                    Ok(Err(RecvError::Closed)) => return,
+                    // Missed notices, or none for a while: read everything again.
+                    Ok(Ok(Notice::Missed) | Err(RecvError::Lagged(_))) | Err(_) => {
+                        for run_id in core.waiters.runs() {
+                            core.notify_changed(&run_id, None);
+                        }
+                        core.drain_inbox().await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// One renewal: stops the runs of partitions lost, gives the surplus back,
+    /// recovers the runs of partitions gained, then reads their inbox.
+    async fn renew_leases(&self) {
+        let store = self.store.clone();
+        let renewed = blocking(move || match store.cluster() {
+            Some(c) => c.renew(),
+            None => Ok(Default::default()),
+        })
+        .await;
+        let change = match renewed {
+            Ok(change) => change,
+            Err(e) => {
+                tracing::warn!(error = %e, "reel: lease renewal failed; retrying");
+                return;
+            }
+        };
+        if !change.lost.is_empty() {
+            tracing::warn!(partitions = ?change.lost, "reel: leases lost to another host; stopping their runs here");
+            self.abandon(&change.lost).await;
+        }
+        if !change.surplus.is_empty() {
+            let store = self.store.clone();
+            let surplus = change.surplus.clone();
+            let released = blocking(move || match store.cluster() {
+                Some(c) => c.release(&surplus),
+                None => Ok(()),
+            })
+            .await;
+            if let Err(e) = released {
+                tracing::warn!(error = %e, "reel: giving leases back failed; they expire");
+            }
+            tracing::info!(
+                count = change.surplus.len(),
+                "reel: partitions given back to balance the hosts"
+            );
+            self.abandon(&change.surplus).await;
+        }
+        let gained: BTreeSet<u16> = change.gained.difference(&change.surplus).copied().collect();
+        if !gained.is_empty() {
+            tracing::info!(
+                count = gained.len(),
+                "reel: partitions taken; recovering their runs"
+            );
+            if let Err(e) = self.adopt(gained).await {
+                tracing::warn!(error = %e, "reel: recovering the runs of taken partitions failed");
+            }
+            self.drain_inbox().await;
+        }
+    }
+
+    /// Recovers the runs of partitions this host just took.
+    async fn adopt(&self, parts: BTreeSet<u16>) -> Result<(), ActorError> {
+        let store = self.store.clone();
+        let (unfinished, timers) = blocking(move || match store.cluster() {
+            Some(c) => Ok((c.unfinished_in(&parts)?, c.timers_in(&parts)?)),
+            None => Ok(Default::default()),
+        })
+        .await?;
+        let queued = unfinished.items.iter().any(|m| m.queue.is_some());
+        self.recover_runs(unfinished, timers).await?;
+        if queued {
+            for queue in self.queues.names() {
+                self.admit_later(queue, self.busy());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops this host's actors of the runs of `parts`: another host runs them now.
+    async fn abandon(&self, parts: &BTreeSet<u16>) {
+        let owned = |run_id: &str| parts.contains(&partition_of(run_id));
+        let cells: Vec<LiveCell> = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            let runs: Vec<Arc<str>> = live.keys().filter(|r| owned(r)).cloned().collect();
+            let cells = runs.iter().filter_map(|r| live.remove(r)).collect();
+            metrics::gauge!(reel_storage::metrics::LIVE_RUNS).set(live.len() as f64);
+            cells
+        };
+        self.crash_messages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|r, _| !owned(r));
+        self.unrecorded_parks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|r, _| !owned(r));
+        for cell in cells {
+            if let Some(actor) = cell.get() {
+                let _ = actor.ask(StopRun).await;
+            }
+        }
+    }
+
+    /// Applies the mail other hosts posted for runs owned here, oldest first.
+    pub(crate) async fn drain_inbox(&self) {
+        let Ok(_one) = self.inbox.try_lock() else {
+            // Another drain is under way and reads what is there now.
+            return;
+        };
+        loop {
+            let store = self.store.clone();
+            let letters = blocking(move || match store.cluster() {
+                Some(c) => c.letters(&c.held(), LETTERS),
+                None => Ok(Vec::new()),
+            })
+            .await;
+            let letters = match letters {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reel: reading the inbox failed");
+                    return;
+                }
+            };
+            let full = letters.len() == LETTERS;
+            let mut done = Vec::with_capacity(letters.len());
+            for letter in letters {
+                let id = letter.id;
+                if self.apply(letter).await {
+                    done.push(id);
+                }
+            }
+            if done.is_empty() {
+                return;
+            }
+            let store = self.store.clone();
+            let acked = blocking(move || match store.cluster() {
+                Some(c) => c.ack(&done),
+                None => Ok(()),
+            })
+            .await;
+            if acked.is_err() || !full || self.is_closing() {
+                return;
+            }
+        }
+    }
+
+    /// Applies one letter; `false` leaves it in the inbox for the next read.
+    async fn apply(&self, letter: Letter) -> bool {
+        let run_id = letter.run_id;
+        let mail = match letter.mail {
+            Ok(mail) => mail,
+            Err(reason) => {
+                tracing::error!(
+                    run_id,
+                    reason,
+                    "reel: dropping inbox mail that does not decode"
+                );
+                return true;
+            }
+        };
+        let outcome = match mail {
+            Mail::Wake { .. } => {
+                self.schedule_timers(mail.timer_entries(&run_id));
+                self.wake(&run_id).await
+            }
+            Mail::Pause { reason } => self.deliver(&run_id, Pause { reason }).await,
+            Mail::Unpause => self.deliver(&run_id, Unpause).await,
+            Mail::Retry => self.deliver(&run_id, Retry).await,
+            other => match Delivery::of_mail(other) {
+                Some(delivery) => self.deliver(&run_id, delivery).await,
+                None => Ok(()),
+            },
+        };
+        match outcome {
+            Ok(()) => true,
+            // Nothing left to do for it.
+            Err(
+                ActorError::UnknownRun(_)
+                | ActorError::RunFinished(_)
+                | ActorError::InvalidState { .. },
+            ) => true,
+            Err(e) => {
+                tracing::warn!(run_id, error = %e, "reel: inbox mail not applied yet; retrying");
+                false
+            }
+        }
+    }
+
+    /// A run created or changed by another host: an enqueued one joins its queue
+    /// here, an unfinished one runs.
+    async fn wake(&self, run_id: &str) -> Result<(), ActorError> {
+        let Some(meta) = self.meta(run_id).await? else {
+            return Err(ActorError::UnknownRun(run_id.to_owned()));
+        };
+        match (&meta.state, &meta.queue) {
+            (RunState::Enqueued, Some(entry)) => {
+                self.queues.enqueued(run_id, entry);
+                self.admit_later(entry.name.clone(), self.busy());
+                Ok(())
+            }
+            (s, _) if s.is_finished() => Ok(()),
+            _ => self.deliver(run_id, Resume).await,
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Three hosts over one database (`PgStore::join`): runs started on any host,
+//! signalled from another and awaited on a third all complete, the partitions
+//! spread over the hosts, and every recorded step ran exactly as recorded. A host
+//! whose lease was taken from it (a network partition) cannot write: its write is
+//! refused, the signal it was delivering waits in the owner's inbox, and the run
+//! goes on once a host holds its partition again.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reel::{Ctx, Event, Host, RunStatus, Workflow};
+use reel_postgres::{ClusterConfig, PgStore, partition_of};
+
+/// Each step execution: (run, step) -> the hosts that executed it, in order.
+type Executions = Arc<Mutex<HashMap<(String, String), Vec<String>>>>;
+
+#[derive(Clone)]
+struct Order {
+    host: String,
+    executions: Executions,
+}
+
+impl Order {
+    async fn step(&self, ctx: &Ctx, name: &str) -> reel::Result<String> {
+        let (host, executions) = (self.host.clone(), self.executions.clone());
+        let key = (ctx.run_id().to_owned(), name.to_owned());
+        ctx.step(name, move |_| {
+            let (host, executions, key) = (host.clone(), executions.clone(), key.clone());
+            async move {
+                executions
+                    .lock()
+                    .expect("executions")
+                    .entry(key)
+                    .or_default()
+                    .push(host.clone());
+                Ok::<_, String>(host)
+            }
+        })
+        .await
+    }
+}
+
+impl Workflow for Order {
+    const NAME: &'static str = "order";
+    type Input = u32;
+    type Output = String;
+    async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<String> {
+        let first = self.step(&ctx, "reserve").await?;
+        let paid: String = ctx.wait_for_signal("payment").await?;
+        let last = self.step(&ctx, "ship").await?;
+        Ok(format!("{n}|{first}|{paid}|{last}"))
+    }
+}
+
+async fn host(url: &str, name: &str, executions: &Executions) -> anyhow::Result<Host> {
+    let store = PgStore::join(
+        url,
+        ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
+    )
+    .await?;
+    Ok(Host::builder()
+        .store(store)
+        .register(Order {
+            host: name.to_owned(),
+            executions: executions.clone(),
+        })
+        .build()
+        .await?)
+}
+
+/// The partitions each host leases, as the database says.
+async fn leases(url: &str) -> BTreeMap<String, i64> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let rows = client
+        .query(
+            "SELECT owner, count(*) FROM reel_leases WHERE owner IS NOT NULL GROUP BY owner",
+            &[],
+        )
+        .await
+        .expect("leases");
+    drop(client);
+    let _ = task.await;
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// Waits (at most a minute) until `check` holds of the lease table.
+async fn until_leases(url: &str, check: impl Fn(&BTreeMap<String, i64>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = leases(url).await;
+        if check(&now) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "leases never settled: {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hosts_share_runs_on_postgres() -> anyhow::Result<()> {
+    let url = support::database("three_hosts").await;
+    let executions = Executions::default();
+    let hosts = [
+        host(&url, "host-a", &executions).await?,
+        host(&url, "host-b", &executions).await?,
+        host(&url, "host-c", &executions).await?,
+    ];
+    const RUNS: u32 = 48;
+    // Started while the hosts still balance their leases: partitions move with
+    // runs under way.
+    for n in 0..RUNS {
+        hosts[n as usize % 3]
+            .start::<Order>(&format!("order-{n}"), n)
+            .await?;
+    }
+    until_leases(&url, |l| l.len() == 3 && l.values().all(|n| *n >= 80)).await;
+    for n in 0..RUNS {
+        let run = hosts[(n as usize + 1) % 3].handle::<Order>(&format!("order-{n}"));
+        loop {
+            if let RunStatus::Suspended { waiting_on } = run.wait_until_suspended().await?
+                && waiting_on.contains("payment")
+            {
+                break;
+            }
+        }
+        run.signal("payment", "paid", &format!("pay-{n}")).await?;
+    }
+    let mut shipped_by: BTreeMap<String, usize> = BTreeMap::new();
+    for n in 0..RUNS {
+        let id = format!("order-{n}");
+        let run = hosts[(n as usize + 2) % 3].handle::<Order>(&id);
+        let out = tokio::time::timeout(Duration::from_secs(60), run.result())
+            .await
+            .map_err(|_| anyhow::anyhow!("{id} did not complete"))??;
+        let parts: Vec<&str> = out.split('|').collect();
+        assert_eq!(parts[0], n.to_string());
+        assert_eq!(parts[2], "paid");
+        *shipped_by.entry(parts[3].to_owned()).or_default() += 1;
+        let events = run.events().await?;
+        let completed = events
+            .iter()
+            .filter(|e| matches!(e, Event::StepCompleted { .. }))
+            .count();
+        assert_eq!(completed, 2, "{id}: each step recorded once");
+        // What was recorded is what the last execution of each step returned.
+        let runs = executions.lock().expect("executions");
+        for (step, recorded) in [("reserve", parts[1]), ("ship", parts[3])] {
+            let done = &runs[&(id.clone(), step.to_owned())];
+            assert_eq!(
+                done.last().map(String::as_str),
+                Some(recorded),
+                "{id} {step}"
+            );
+        }
+    }
+    println!("steps `ship` run by: {shipped_by:?}");
+    assert_eq!(
+        shipped_by.len(),
+        3,
+        "every host ran some runs: {shipped_by:?}"
+    );
+    for h in hosts {
+        h.shutdown().await?;
+    }
+    assert!(
+        leases(&url).await.is_empty(),
+        "shutdown gives the leases back"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_that_lost_its_lease_cannot_write() -> anyhow::Result<()> {
+    let url = support::database("partitioned").await;
+    let executions = Executions::default();
+    let host = host(&url, "host-a", &executions).await?;
+    until_leases(&url, |l| l.get("host-a") == Some(&256)).await;
+    let run = host.start::<Order>("order-x", 1).await?;
+    loop {
+        if let RunStatus::Suspended { waiting_on } = run.wait_until_suspended().await?
+            && waiting_on.contains("payment")
+        {
+            break;
+        }
+    }
+    let before = run.events().await?.len();
+
+    // The lease of the run's partition goes to a host that has no heartbeat (as if
+    // `host-a` had been cut off long enough for it to expire and be taken): the
+    // next write of `host-a` to that run is refused.
+    let part = partition_of("order-x");
+    support::execute(
+        &url,
+        &format!(
+            "UPDATE reel_leases SET owner = 'elsewhere', expires_at = now() + interval '1 hour' \
+             WHERE part = {part}"
+        ),
+    )
+    .await;
+    run.signal("payment", "paid", "pay-x").await?;
+    assert_eq!(
+        run.events().await?.len(),
+        before,
+        "nothing was appended by the host that lost the lease"
+    );
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    let task = tokio::spawn(conn);
+    let waiting: i64 = client
+        .query_one(
+            "SELECT count(*) FROM reel_inbox WHERE run_id = 'order-x'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(waiting, 1, "the signal waits in the owner's inbox");
+
+    // The partition is free again: `host-a` takes it back at its next renewal,
+    // recovers the run, reads the inbox and the run completes.
+    client
+        .execute(
+            "UPDATE reel_leases SET owner = NULL, expires_at = '-infinity' WHERE part = $1",
+            &[&part],
+        )
+        .await?;
+    drop(client);
+    let _ = task.await;
+    let out = tokio::time::timeout(Duration::from_secs(60), run.result())
+        .await
+        .map_err(|_| anyhow::anyhow!("the run did not complete"))??;
+    assert_eq!(out, "1|host-a|paid|host-a");
+    assert_eq!(
+        executions.lock().expect("executions")[&("order-x".to_owned(), "reserve".to_owned())].len(),
+        1,
+        "the recorded step did not run again"
+    );
+    host.shutdown().await?;
+    Ok(())
+}
