@@ -93,9 +93,16 @@ fn parts_rust(rows: &[tokio_postgres::Row]) -> BTreeSet<u16> {
 /// Listens for `reel_inbox` and `reel_changed` notifications and hands them out as
 /// [`Notice`]s; reconnects after a second when the connection drops, telling
 /// [`Notice::Missed`] (what was sent meanwhile is lost).
-pub(crate) async fn listen(config: tokio_postgres::Config, notices: Arc<Membership>) {
+pub(crate) async fn listen(
+    config: tokio_postgres::Config,
+    notices: Arc<Membership>,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
     let tx = notices.notices.clone();
     drop(notices);
+    // Told once the first attempt to listen is over, so a joined store listens
+    // before `join` returns (unless the server refuses).
+    let mut ready = Some(ready);
     loop {
         if let Ok((client, mut conn)) = config.connect(NoTls).await {
             let (ntx, mut nrx) = tokio::sync::mpsc::unbounded_channel();
@@ -109,11 +116,14 @@ pub(crate) async fn listen(config: tokio_postgres::Config, notices: Arc<Membersh
                     }
                 }
             });
-            if client
+            let listening = client
                 .batch_execute("LISTEN reel_inbox; LISTEN reel_changed")
                 .await
-                .is_ok()
-            {
+                .is_ok();
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(());
+            }
+            if listening {
                 let _ = tx.send(Notice::Missed);
                 while let Some(n) = nrx.recv().await {
                     let notice = match n.channel() {
@@ -126,6 +136,9 @@ pub(crate) async fn listen(config: tokio_postgres::Config, notices: Arc<Membersh
                 }
             }
             driver.abort();
+        }
+        if let Some(ready) = ready.take() {
+            let _ = ready.send(());
         }
         let _ = tx.send(Notice::Missed);
         tokio::time::sleep(Duration::from_secs(1)).await;

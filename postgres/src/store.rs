@@ -81,7 +81,9 @@ impl PgStore {
         let handle = runtime.handle().clone();
         let member = cluster.map(Membership::new);
         if let Some(member) = &member {
-            handle.spawn(listen(config.clone(), member.clone()));
+            let (ready, listening) = tokio::sync::oneshot::channel();
+            handle.spawn(listen(config.clone(), member.clone(), ready));
+            let _ = listening.await;
         }
         let manager = Manager::from_config(
             config,

@@ -137,3 +137,24 @@ async fn two_writers_racing_on_one_database_never_both_win() {
     a.close();
     b.close();
 }
+
+/// Members of one database, for the cluster checks.
+#[derive(Default)]
+struct Shared {
+    pg: Pg,
+}
+
+impl validation::ClusterBackend for Shared {
+    async fn join(&self, host_id: &str) -> Arc<dyn Store> {
+        let config = reel_postgres::ClusterConfig::new(host_id)
+            .lease_ttl(std::time::Duration::from_secs(30));
+        reel_postgres::PgStore::join(self.pg.url().await, config)
+            .await
+            .expect("join")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_meets_the_cluster_contract() {
+    validation::run_cluster_checks(Shared::default).await;
+}

@@ -9,10 +9,19 @@
 //! reel_storage::validation::run_all(|| MyBackend::new()).await;
 //! ```
 //!
-//! Checks panic with a message naming what broke, like any test assertion.
+//! Checks panic with a message naming what broke, like any test assertion. A
+//! backend that several hosts can share also passes [`run_cluster_checks`]
+//! (`validation/cluster.rs`) with a [`ClusterBackend`].
 
 use std::future::Future;
 use std::sync::Arc;
+
+mod cluster;
+
+pub use cluster::{
+    ClusterBackend, a_closed_member_gives_its_leases_back, inbox_carries_mail_to_the_owner,
+    leases_are_exclusive_and_shared, run_cluster_checks, writes_need_the_lease,
+};
 
 use crate::{
     Append, Event, Payload, RunMeta, RunState, Scan, StorageError, Store, TimerEntry,
