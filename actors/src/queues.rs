@@ -274,6 +274,32 @@ impl Queues {
         freed
     }
 
+    /// Forgets every run `gone` names (runs another host owns now), waiting or
+    /// admitted; returns the queues that freed places.
+    pub(crate) fn forget(&self, gone: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut freed = Vec::new();
+        for (name, q) in self.lock().iter_mut() {
+            let runs: Vec<Arc<str>> = q
+                .running
+                .iter()
+                .chain(q.places.keys())
+                .filter(|r| gone(r))
+                .cloned()
+                .collect();
+            for run in &runs {
+                q.running.remove(run);
+                if let Some((priority, order)) = q.places.remove(run) {
+                    q.pending.remove(&(priority, order, run.clone()));
+                }
+                q.forget_key(run);
+            }
+            if !runs.is_empty() {
+                freed.push(name.clone());
+            }
+        }
+        freed
+    }
+
     /// How many runs of `queue` wait, and how many run.
     #[cfg(test)]
     fn sizes(&self, queue: &str) -> (usize, usize) {
@@ -321,6 +347,22 @@ mod tests {
         assert!(qs.ended("q", "a"));
         assert_eq!(names(&qs.take("q", 0)), ["c"]);
         assert_eq!(qs.sizes("q"), (0, 2));
+    }
+
+    #[test]
+    fn runs_owned_elsewhere_are_forgotten() {
+        let qs = queues(QueueLimits {
+            concurrency: Some(1),
+            rate_limit: None,
+        });
+        for r in ["x-1", "x-2", "y-1"] {
+            enqueue(&qs, r, 0);
+        }
+        assert_eq!(names(&qs.take("q", 0)), ["x-1"]);
+        assert_eq!(qs.forget(|r| r.starts_with("x-")), ["q"]);
+        assert_eq!(qs.sizes("q"), (1, 0));
+        assert_eq!(names(&qs.take("q", 0)), ["y-1"]);
+        assert!(qs.forget(|r| r.starts_with("x-")).is_empty());
     }
 
     #[test]

@@ -170,6 +170,9 @@ impl Core {
             metrics::gauge!(reel_storage::metrics::LIVE_RUNS).set(live.len() as f64);
             cells
         };
+        for queue in self.queues.forget(owned) {
+            self.admit_later(queue, self.busy());
+        }
         self.crash_messages
             .lock()
             .unwrap_or_else(|p| p.into_inner())
