@@ -19,6 +19,8 @@
 //! - `schema`: the tables, their migrations and the format check ([`SCHEMA_VERSION`]).
 //! - `store`: [`PgStore`]: connection pool, sync reads, `close`.
 //! - `writer`: the group-commit writer task.
+//! - `listing`: pages and counts of runs by index (the listing columns of
+//!   `reel_runs`, their backfill).
 //! - `cluster`: several hosts over one database ([`ClusterConfig`],
 //!   [`PgStore::join`]): leases of partitions, the inbox, the notice listener.
 //!
@@ -27,7 +29,8 @@
 //!   and `schema` (the migration level). A database written by a newer build is refused.
 //! - `reel_log (run_id, seq, part, record)`, primary key `(run_id, seq)`: the record
 //!   bytes are exactly fjall's (MessagePack `[appended at, event]`).
-//! - `reel_runs (run_id, part, meta)` and `reel_active (run_id, part, meta)`: metadata
+//! - `reel_runs (run_id, part, meta, created_at, status, workflow, version, parent)`
+//!   (the last five indexed for listing) and `reel_active (run_id, part, meta)`: metadata
 //!   of every run, and of unfinished runs only (recovery reads no finished run).
 //! - `reel_timers (key, run_id, part, fire_at)`: the due-time index; `key` is fjall's
 //!   timer key (big-endian due time, run id, NUL, timer id), so it sorts by due time.
@@ -63,6 +66,7 @@
 //! misreport it).
 
 mod cluster;
+mod listing;
 mod schema;
 mod store;
 mod writer;

@@ -7,10 +7,10 @@ use crate::pg_err;
 
 /// The migration level this build creates and reads. A database at a higher level
 /// was written by a newer build and is refused.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Migration `i` takes the schema from level `i` to `i + 1`.
-const MIGRATIONS: [&str; 3] = [
+const MIGRATIONS: [&str; 4] = [
     r#"
 CREATE TABLE reel_log (
     run_id text COLLATE "C" NOT NULL,
@@ -63,7 +63,24 @@ CREATE TABLE reel_inbox (
 );
 CREATE INDEX reel_inbox_part ON reel_inbox (part, id);
 "#,
+    // Listing columns, filled by the writer (and by `listing::backfill` for rows
+    // written before).
+    r#"
+ALTER TABLE reel_runs
+    ADD COLUMN created_at bigint,
+    ADD COLUMN status text COLLATE "C",
+    ADD COLUMN workflow text COLLATE "C",
+    ADD COLUMN version integer,
+    ADD COLUMN parent text COLLATE "C";
+CREATE INDEX reel_runs_created ON reel_runs (created_at, run_id);
+CREATE INDEX reel_runs_status ON reel_runs (status, created_at, run_id);
+CREATE INDEX reel_runs_workflow ON reel_runs (workflow, created_at, run_id);
+CREATE INDEX reel_runs_parent ON reel_runs (parent) WHERE parent IS NOT NULL;
+"#,
 ];
+
+/// The level whose migration adds the listing columns.
+const LISTING_LEVEL: usize = 3;
 
 /// An arbitrary constant: the advisory lock held while the schema is checked, so
 /// that two stores connecting at once do not both migrate.
@@ -120,6 +137,9 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<(), StorageError> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(level as usize) {
         tracing::info!(level = i + 1, "reel-postgres: migrating the schema");
         tx.batch_execute(sql).await.map_err(|e| pg_err(&e))?;
+        if i == LISTING_LEVEL {
+            crate::listing::backfill(&tx).await?;
+        }
     }
     tx.execute(
         "INSERT INTO reel_schema (key, value) VALUES ('format', $1), ('schema', $2) \

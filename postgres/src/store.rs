@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use reel_storage::listing::{ListCursor, MetaPage, RunQuery, page_of_sorted};
+use reel_storage::listing::{MetaPage, RunQuery};
 use reel_storage::{
     Append, Cluster, CommitListener, Event, LogReader, LogSize, LogWriter, MetaReader, Record,
     Result, RunMeta, Scan, ScheduleRecord, ScheduleStore, StatusKind, StorageError, Store, Ticket,
@@ -410,30 +410,15 @@ impl MetaReader for PgStore {
         })
     }
 
-    /// Reads and sorts every run's metadata: `reel-postgres` keeps no listing
-    /// index yet, so a page costs a scan of the runs table (the fjall store's does
-    /// not).
+    /// One indexed range scan (`listing`).
     fn list_page(&self, query: &RunQuery) -> Result<MetaPage> {
-        let mut scan = self.list_runs()?;
-        let mut rows: Vec<RunMeta> = std::mem::take(&mut scan.items)
-            .into_iter()
-            .filter(|m| query.is_past_cursor(&ListCursor::of(m)))
-            .collect();
-        rows.sort_by(|a, b| query.order(&ListCursor::of(a), &ListCursor::of(b)));
-        let mut page = page_of_sorted(query, rows.into_iter());
-        page.corrupt = scan.corrupt;
-        Ok(page)
+        let query = query.clone();
+        self.block(move |c| async move { crate::listing::page(&c, &query).await })
     }
 
-    /// Counts by a scan of the runs table (no counters kept yet on Postgres).
+    /// Counts in the database by the `status` column (a scan of that index).
     fn count_by_status(&self) -> Result<BTreeMap<StatusKind, u64>> {
-        let scan = self.list_runs()?;
-        let mut counts: BTreeMap<StatusKind, u64> =
-            StatusKind::ALL.into_iter().map(|k| (k, 0)).collect();
-        for m in &scan.items {
-            *counts.entry(m.state.kind()).or_default() += 1;
-        }
-        Ok(counts)
+        self.block(|c| async move { crate::listing::counts(&c).await })
     }
 
     fn unfinished_runs(&self) -> Result<Scan<RunMeta>> {

@@ -10,6 +10,7 @@ use reel_storage::{Append, CommitListener, Record, Result, StorageError, encode_
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 
+use crate::listing::MetaRow;
 use crate::store::{get, seq_sql};
 use crate::{partition_of, pg_err, tx_stmt};
 
@@ -25,8 +26,8 @@ pub(crate) struct Encoded {
     run_id: String,
     expected_seq: Option<u64>,
     records: Vec<Vec<u8>>,
-    /// Encoded metadata and whether the run has finished.
-    meta: Option<(Vec<u8>, bool)>,
+    /// Encoded metadata, whether the run has finished, and its listing columns.
+    meta: Option<(Vec<u8>, bool, MetaRow)>,
     add_timers: Vec<(Vec<u8>, String, u64)>,
     remove_timers: Vec<Vec<u8>>,
     durable: bool,
@@ -53,7 +54,7 @@ impl Encoded {
             .map(|e| Record::encode(e, at))
             .collect::<Result<Vec<_>>>()?;
         let meta = match &append.meta {
-            Some(m) => Some((m.encode()?, m.state.is_finished())),
+            Some(m) => Some((m.encode()?, m.state.is_finished(), MetaRow::of(m))),
             None => None,
         };
         Ok(Encoded {
@@ -240,7 +241,7 @@ async fn write(
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // The last metadata of each run in the batch, and each timer key's final presence:
     // the same end state as applying the appends one after the other.
-    let mut metas: BTreeMap<&str, &(Vec<u8>, bool)> = BTreeMap::new();
+    let mut metas: BTreeMap<&str, &(Vec<u8>, bool, MetaRow)> = BTreeMap::new();
     let mut timers: HashMap<&[u8], Option<(&str, u64)>> = HashMap::new();
     for a in appends {
         let part = partition_of(&a.run_id);
@@ -382,22 +383,38 @@ fn conflict_or_io(e: &tokio_postgres::Error, appends: &[&Encoded]) -> StorageErr
     }
 }
 
-async fn write_meta(tx: &Transaction<'_>, metas: &BTreeMap<&str, &(Vec<u8>, bool)>) -> Result<()> {
+async fn write_meta(
+    tx: &Transaction<'_>,
+    metas: &BTreeMap<&str, &(Vec<u8>, bool, MetaRow)>,
+) -> Result<()> {
     if metas.is_empty() {
         return Ok(());
     }
     let runs: Vec<&str> = metas.keys().copied().collect();
     let parts: Vec<i16> = runs.iter().map(|r| partition_of(r)).collect();
     let bytes: Vec<&[u8]> = metas.values().map(|m| m.0.as_slice()).collect();
+    let rows: Vec<&MetaRow> = metas.values().map(|m| &m.2).collect();
+    let created: Vec<i64> = rows.iter().map(|r| r.created_at).collect();
+    let status: Vec<&str> = rows.iter().map(|r| r.status).collect();
+    let workflow: Vec<&str> = rows.iter().map(|r| r.workflow.as_str()).collect();
+    let version: Vec<i32> = rows.iter().map(|r| r.version).collect();
+    let parent: Vec<Option<&str>> = rows.iter().map(|r| r.parent.as_deref()).collect();
     tx.execute(
         &tx_stmt(
             tx,
-            "INSERT INTO reel_runs (run_id, part, meta) \
-         SELECT * FROM unnest($1::text[], $2::smallint[], $3::bytea[]) \
-         ON CONFLICT (run_id) DO UPDATE SET meta = EXCLUDED.meta",
+            "INSERT INTO reel_runs (run_id, part, meta, created_at, status, workflow, \
+             version, parent) \
+             SELECT * FROM unnest($1::text[], $2::smallint[], $3::bytea[], $4::bigint[], \
+             $5::text[], $6::text[], $7::int[], $8::text[]) \
+             ON CONFLICT (run_id) DO UPDATE SET meta = EXCLUDED.meta, \
+             created_at = EXCLUDED.created_at, status = EXCLUDED.status, \
+             workflow = EXCLUDED.workflow, version = EXCLUDED.version, \
+             parent = EXCLUDED.parent",
         )
         .await?,
-        &[&runs, &parts, &bytes],
+        &[
+            &runs, &parts, &bytes, &created, &status, &workflow, &version, &parent,
+        ],
     )
     .await
     .map_err(|e| pg_err(&e))?;

@@ -17,11 +17,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 mod cluster;
+mod listing;
 
 pub use cluster::{
     ClusterBackend, a_closed_member_gives_its_leases_back, inbox_carries_mail_to_the_owner,
     leases_are_exclusive_and_shared, run_cluster_checks, writes_need_the_lease,
 };
+pub use listing::listing_pages_and_counts;
 
 use crate::{
     Append, Event, Payload, RunMeta, RunState, Scan, StorageError, Store, TimerEntry,
@@ -79,6 +81,7 @@ pub async fn run_all<B: Backend, F: Fn() -> B>(new: F) {
     invalid_input_refused(&new()).await;
     close_and_reopen(&new()).await;
     corruption_is_reported(&new()).await;
+    listing_pages_and_counts(&new()).await;
 }
 
 fn ev(i: u64) -> Event {
