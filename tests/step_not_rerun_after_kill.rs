@@ -8,60 +8,31 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use reel::{Ctx, Event, Host, Workflow};
+use common::tokens::Tokens as Work;
+use reel::{Event, Host};
 
 const RUNS: usize = 100;
 const STEPS: usize = 5;
 const CHILD_ENV: &str = "REEL_KILL9_CHILD_DIR";
 
-#[derive(Clone)]
-struct Work {
-    side: PathBuf,
-}
-
-impl Workflow for Work {
-    const NAME: &'static str = "work";
-    type Input = ();
-    type Output = Vec<String>;
-    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<Vec<String>> {
-        let mut tokens = Vec::new();
-        for i in 0..STEPS {
-            let side = self.side.clone();
-            let run = ctx.run_id().to_owned();
-            let token = ctx
-                .step("s", |s| {
-                    let (side, run) = (side.clone(), run.clone());
-                    async move {
-                        let token = format!("{}-{}", s.idempotency_key(), reel::Uuid::new_v4());
-                        let line = format!("{run} {} {token}\n", s.idempotency_key());
-                        let mut f = std::fs::OpenOptions::new()
-                            .append(true)
-                            .create(true)
-                            .open(&side)?;
-                        f.write_all(line.as_bytes())?;
-                        println!("exec {run}");
-                        Ok::<_, std::io::Error>(token)
-                    }
-                })
-                .await?;
-            tokens.push(token);
-            if i == 2 {
-                ctx.sleep(Duration::from_millis(3)).await?;
-            }
-        }
-        Ok(tokens)
+/// The runs' workflow: 5 logged steps, a short sleep after the third.
+fn work(dir: &Path) -> Work {
+    Work {
+        side: dir.join("executions.log"),
+        steps: STEPS,
+        pause_every: 3,
+        pause: Duration::from_millis(3),
+        busy: Duration::ZERO,
     }
 }
 
 fn open(dir: &Path) -> impl std::future::Future<Output = reel::Result<Host>> {
     Host::builder()
         .path(dir.join("store"))
-        .register(Work {
-            side: dir.join("executions.log"),
-        })
+        .register(work(dir))
         .build()
 }
 
@@ -129,32 +100,9 @@ fn step_not_rerun_after_kill() {
     });
 
     // The recorded token of every step is the last execution of that step.
-    let side = std::fs::read_to_string(dir.path().join("executions.log")).expect("side file");
-    let mut last: HashMap<String, String> = HashMap::new();
-    let mut runs_of: HashMap<String, usize> = HashMap::new();
-    for line in side.lines() {
-        let mut parts = line.split(' ');
-        let (Some(_run), Some(key), Some(token)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue; // a line torn by the kill
-        };
-        last.insert(key.to_owned(), token.to_owned());
-        *runs_of.entry(key.to_owned()).or_default() += 1;
-    }
-    let reruns: usize = runs_of.values().map(|n| n - 1).sum();
+    let (executions, reruns) =
+        common::tokens::assert_recorded_last(&dir.path().join("executions.log"), &recorded);
     println!(
-        "{kills} kills, {} step executions, {reruns} re-executions of unrecorded steps",
-        side.lines().count()
+        "{kills} kills, {executions} step executions, {reruns} re-executions of unrecorded steps"
     );
-    for (run, tokens) in &recorded {
-        for token in tokens {
-            // token = "<idempotency key>-<uuid>", and a uuid has five dash-separated groups.
-            let key = token.rsplitn(6, '-').last().unwrap_or_default().to_owned();
-            assert_eq!(
-                last.get(&key),
-                Some(token),
-                "{run}: step {key} ran again after its completion was recorded"
-            );
-        }
-    }
 }

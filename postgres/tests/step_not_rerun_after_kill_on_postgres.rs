@@ -9,55 +9,31 @@ mod support;
 #[allow(unreachable_pub)]
 #[path = "../../tests/common/kill.rs"]
 mod kill;
+#[allow(unreachable_pub)]
+#[path = "../../tests/common/tokens.rs"]
+mod tokens;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use reel::{Ctx, Event, Host, Workflow};
+use reel::{Event, Host};
 use reel_postgres::PgStore;
+use tokens::Tokens as Work;
 
 const RUNS: usize = 30;
 const STEPS: usize = 5;
 const CHILD_ENV: &str = "REEL_PG_KILL9_CHILD_DIR";
 
-#[derive(Clone)]
-struct Work {
-    side: PathBuf,
-}
-
-impl Workflow for Work {
-    const NAME: &'static str = "work";
-    type Input = ();
-    type Output = Vec<String>;
-    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<Vec<String>> {
-        let mut tokens = Vec::new();
-        for i in 0..STEPS {
-            let side = self.side.clone();
-            let run = ctx.run_id().to_owned();
-            let token = ctx
-                .step("s", |s| {
-                    let (side, run) = (side.clone(), run.clone());
-                    async move {
-                        let token = format!("{}-{}", s.idempotency_key(), reel::Uuid::new_v4());
-                        let line = format!("{run} {} {token}\n", s.idempotency_key());
-                        let mut f = std::fs::OpenOptions::new()
-                            .append(true)
-                            .create(true)
-                            .open(&side)?;
-                        f.write_all(line.as_bytes())?;
-                        println!("exec {run}");
-                        Ok::<_, std::io::Error>(token)
-                    }
-                })
-                .await?;
-            tokens.push(token);
-            if i == 2 {
-                ctx.sleep(Duration::from_millis(3)).await?;
-            }
-        }
-        Ok(tokens)
+/// The runs' workflow: 5 logged steps, a short sleep after the third.
+fn work(dir: &Path) -> Work {
+    Work {
+        side: dir.join("executions.log"),
+        steps: STEPS,
+        pause_every: 3,
+        pause: Duration::from_millis(3),
+        busy: Duration::ZERO,
     }
 }
 
@@ -67,9 +43,7 @@ async fn open(dir: &Path) -> anyhow::Result<Host> {
     let store = PgStore::connect(&url).await?;
     Ok(Host::builder()
         .store(store)
-        .register(Work {
-            side: dir.join("executions.log"),
-        })
+        .register(work(dir))
         .build()
         .await?)
 }
@@ -137,25 +111,7 @@ fn step_not_rerun_after_kill_on_postgres() {
         out
     });
 
-    let side = std::fs::read_to_string(dir.path().join("executions.log")).expect("side file");
-    let mut last: HashMap<String, String> = HashMap::new();
-    for line in side.lines() {
-        let mut parts = line.split(' ');
-        let (Some(_run), Some(key), Some(token)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue; // a line torn by the kill
-        };
-        last.insert(key.to_owned(), token.to_owned());
-    }
-    println!("{kills} kills, {} step executions", side.lines().count());
-    for (run, tokens) in &recorded {
-        for token in tokens {
-            let key = token.rsplitn(6, '-').last().unwrap_or_default().to_owned();
-            assert_eq!(
-                last.get(&key),
-                Some(token),
-                "{run}: step {key} ran again after its completion was recorded"
-            );
-        }
-    }
+    let (executions, _) =
+        tokens::assert_recorded_last(&dir.path().join("executions.log"), &recorded);
+    println!("{kills} kills, {executions} step executions");
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 pub mod counting;
 pub mod kill;
+pub mod tokens;
 
 /// Counts how often a body really ran.
 #[derive(Clone, Default)]
