@@ -154,6 +154,9 @@ where
                 Poll::Ready(Ok(())) => {
                     self.landings.pop_front();
                 }
+                Poll::Ready(Err(reel_storage::StorageError::NotOwner { .. })) => {
+                    return Some(Outcome::Disowned);
+                }
                 Poll::Ready(Err(e)) => {
                     let e = Error::from(e);
                     return Some(Outcome::Crashed(format!("append failed: {e}")));

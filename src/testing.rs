@@ -111,6 +111,7 @@ pub async fn replay_as<W: Workflow>(
         )),
         // Only a live run is paused (through its journal): a replay never is.
         Outcome::Paused => Err(Error::Crashed("the replay was paused".into())),
+        Outcome::Disowned => Err(Error::Crashed("a replay has no store to refuse it".into())),
     }
 }
 

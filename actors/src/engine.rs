@@ -61,6 +61,10 @@ pub enum Outcome {
     /// results, and ends here. Its handler is dropped; resuming the run starts a
     /// new execution, which replays.
     Paused,
+    /// The store refused a write because another host owns the run now (its
+    /// partition was taken over): the execution stops here, records nothing, and
+    /// the owner runs the run from its log.
+    Disowned,
 }
 
 /// One wake-up's worth of work for an [`Engine`].

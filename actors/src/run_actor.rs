@@ -17,7 +17,7 @@ use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
 use kameo::error::ActorStopReason;
 use kameo::message::{Context, Message};
-use reel_storage::{Event, Failure, RunMeta, RunState, Store, TimerEntry};
+use reel_storage::{Event, Failure, RunMeta, RunState, StorageError, Store, TimerEntry};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
@@ -556,7 +556,17 @@ impl Message<ExecReport> for RunActor {
                 self.host.record_crash(&self.run_id, message.clone());
                 panic!("reel: run `{}` crashed: {message}", self.run_id);
             }
+            Outcome::Disowned => Err(ActorError::Storage(StorageError::NotOwner {
+                run_id: self.run_id.to_string(),
+                partition: reel_storage::partition_of(&self.run_id),
+            })),
         };
+        if let Err(ActorError::Storage(StorageError::NotOwner { .. })) = result {
+            // Another host owns the run now: it runs it from its log.
+            tracing::info!(run_id = %self.run_id, "reel: run taken over by another host; stopping it here");
+            self.retire(ctx).await;
+            return;
+        }
         if let Err(e) = result {
             // The final write failed (disk full?): crash so the supervisor restarts the
             // run from what is on disk, and parks it if this keeps happening.

@@ -242,3 +242,98 @@ async fn host_that_lost_its_lease_cannot_write() -> anyhow::Result<()> {
     host.shutdown().await?;
     Ok(())
 }
+
+/// Opened by the test while a step body waits on it.
+static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+/// One step that waits for the gate the first time it runs.
+#[derive(Clone)]
+struct Gated {
+    executions: Arc<Mutex<u32>>,
+}
+
+impl Workflow for Gated {
+    const NAME: &'static str = "gated";
+    type Input = ();
+    type Output = u32;
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
+        let executions = self.executions.clone();
+        ctx.step("slow", move |_| {
+            let executions = executions.clone();
+            async move {
+                let n = {
+                    let mut e = executions.lock().expect("executions");
+                    *e += 1;
+                    *e
+                };
+                if n == 1 {
+                    GATE.acquire().await.map_err(|e| e.to_string())?.forget();
+                }
+                Ok::<_, String>(n)
+            }
+        })
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_that_ends_after_its_lease_was_lost_is_not_recorded() -> anyhow::Result<()> {
+    let url = support::database("disowned").await;
+    let executions = Arc::new(Mutex::new(0));
+    let store = PgStore::join(
+        &url,
+        ClusterConfig::new("host-a").lease_ttl(Duration::from_millis(1500)),
+    )
+    .await?;
+    let host = Host::builder()
+        .store(store)
+        .register(Gated {
+            executions: executions.clone(),
+        })
+        .build()
+        .await?;
+    until_leases(&url, |l| l.get("host-a") == Some(&256)).await;
+    let run = host.start::<Gated>("gated-1", ()).await?;
+    // The body runs and waits at the gate.
+    while *executions.lock().expect("executions") == 0 {
+        tokio::task::yield_now().await;
+    }
+    let part = partition_of("gated-1");
+    support::execute(
+        &url,
+        &format!(
+            "UPDATE reel_leases SET owner = 'elsewhere', expires_at = now() + interval '1 hour' \
+             WHERE part = {part}"
+        ),
+    )
+    .await;
+    let before = run.events().await?.len();
+    GATE.add_permits(1);
+    // The body's result is refused; the run stops here without a crash or a park.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while host.live_runs().await > 0 {
+        assert!(Instant::now() < deadline, "the run actor never stopped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(run.events().await?.len(), before, "nothing was recorded");
+    assert!(
+        matches!(run.status().await?, RunStatus::Running),
+        "{:?}",
+        run.status().await?
+    );
+    // Once the partition is free again, the run goes on here: the step was not
+    // recorded, so it runs again (at least once), and the run completes.
+    support::execute(
+        &url,
+        &format!(
+            "UPDATE reel_leases SET owner = NULL, expires_at = '-infinity' WHERE part = {part}"
+        ),
+    )
+    .await;
+    let out = tokio::time::timeout(Duration::from_secs(60), run.result())
+        .await
+        .map_err(|_| anyhow::anyhow!("the run did not complete"))??;
+    assert_eq!(out, 2, "the second execution's result is recorded");
+    host.shutdown().await?;
+    Ok(())
+}

@@ -52,6 +52,8 @@ impl Core {
                 );
                 Ok(())
             }
+            // Another host owns the run now: it decides.
+            Err(StorageError::NotOwner { .. }) => Ok(()),
             Err(e) => {
                 self.record_unwritten_park(run_id, error);
                 self.notify_changed(run_id, None);
