@@ -4,7 +4,9 @@
 //! 1. sequential: one run of 1,000 no-op steps, time per step, against one
 //!    single-row `INSERT` committed on its own (one synchronous commit).
 //! 2. throughput: 1,000 runs x 10 steps started at once, durable events/s, against
-//!    batches of 2,048 ~100-byte rows inserted with one statement and one commit.
+//!    batches of 2,048 ~100-byte rows inserted with one statement and one commit;
+//!    on one host of its own, then on 1 and on 3 hosts joined to the database
+//!    (`PgStore::join`, in this process, the partitions shared out first).
 //!
 //! The server is a private cluster (`initdb` + `postgres`, fsync on) in a temporary
 //! directory, or `REEL_PG_URL`. `REEL_BENCH_QUICK=1` scales both down to a smoke
@@ -13,11 +15,12 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use reel::{Ctx, Host, Workflow};
-use reel_postgres::PgStore;
+use reel_postgres::{ClusterConfig, PgStore};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -76,34 +79,109 @@ async fn sequential(url: &str, n: u32) -> BenchResult<(Duration, Duration)> {
     Ok((reel, start.elapsed() / n))
 }
 
-/// Durable events/s of `runs` runs of `steps` steps started at once, and of raw
-/// batches of 2,048 rows (the same number of rows).
-async fn throughput(url: &str, runs: usize, steps: u32) -> BenchResult<(f64, f64)> {
-    let host = std::sync::Arc::new(host(url).await?);
-    host.start::<Steps>("warmup", 1).await?.result().await?;
+/// `n` hosts sharing the database (`PgStore::join`), once every one leases a
+/// share of the partitions; `n == 0`: one host of its own (`PgStore::connect`).
+async fn hosts(url: &str, n: usize) -> BenchResult<Vec<Arc<Host>>> {
+    Ok(hosts_and_owners(url, n).await?.0)
+}
+
+/// [`hosts`], with the index of the host that leases each partition.
+async fn hosts_and_owners(url: &str, n: usize) -> BenchResult<(Vec<Arc<Host>>, Vec<usize>)> {
+    if n == 0 {
+        return Ok((vec![Arc::new(host(url).await?)], vec![0; 256]));
+    }
+    let mut hosts = Vec::new();
+    for i in 0..n {
+        let config = ClusterConfig::new(format!("bench-{i}")).lease_ttl(Duration::from_secs(3));
+        let store = PgStore::join(url, config).await?;
+        hosts.push(Arc::new(
+            Host::builder().store(store).register(Steps).build().await?,
+        ));
+    }
+    let client = raw_client(url).await?;
+    let share = (256 / n as i64) - 8;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = client
+            .query(
+                "SELECT count(*) FROM reel_leases WHERE owner IS NOT NULL GROUP BY owner",
+                &[],
+            )
+            .await?;
+        if rows.len() == n && rows.iter().all(|r| r.get::<_, i64>(0) >= share) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("the hosts never shared the partitions out".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut owners = vec![0; 256];
+    for row in client
+        .query("SELECT part, owner FROM reel_leases", &[])
+        .await?
+    {
+        let (part, owner): (i16, Option<String>) = (row.get(0), row.get(1));
+        let index = owner
+            .and_then(|o| o.strip_prefix("bench-").and_then(|i| i.parse().ok()))
+            .unwrap_or(0);
+        owners[part as usize] = index;
+    }
+    Ok((hosts, owners))
+}
+
+/// Durable events/s of `runs` runs of `steps` steps started at once, round-robin
+/// over `hosts`, each awaited on the host that started it.
+async fn reel_throughput(
+    hosts: Vec<Arc<Host>>,
+    prefix: &str,
+    runs: usize,
+    steps: u32,
+) -> BenchResult<(f64, usize)> {
+    let n = hosts.len();
+    reel_throughput_on(hosts, prefix, runs, steps, |i, _| i % n).await
+}
+
+/// [`reel_throughput`] with each run started on the host `pick` names for it
+/// (by index and run id).
+async fn reel_throughput_on(
+    hosts: Vec<Arc<Host>>,
+    prefix: &str,
+    runs: usize,
+    steps: u32,
+    pick: impl Fn(usize, &str) -> usize,
+) -> BenchResult<(f64, usize)> {
+    for (i, h) in hosts.iter().enumerate() {
+        let warmup = format!("{prefix}-warmup-{i}");
+        h.start::<Steps>(&warmup, 1).await?.result().await?;
+    }
     let start = Instant::now();
     let tasks: Vec<_> = (0..runs)
         .map(|i| {
-            let host = host.clone();
-            tokio::spawn(async move {
-                host.start::<Steps>(&format!("tp-{i}"), steps)
-                    .await?
-                    .result()
-                    .await
-            })
+            let id = format!("{prefix}-{i}");
+            let host = hosts[pick(i, &id)].clone();
+            tokio::spawn(async move { host.start::<Steps>(&id, steps).await?.result().await })
         })
         .collect();
     for t in tasks {
         assert_eq!(t.await??, steps);
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let per_run = host.handle::<Steps>("tp-0").events().await?.len();
-    let events = (runs * per_run) as f64;
-    let host = std::sync::Arc::try_unwrap(host).map_err(|_| "host still shared")?;
-    host.shutdown().await?;
+    let per_run = hosts[0]
+        .handle::<Steps>(&format!("{prefix}-0"))
+        .events()
+        .await?
+        .len();
+    for h in hosts {
+        let h = Arc::try_unwrap(h).map_err(|_| "host still shared")?;
+        h.shutdown().await?;
+    }
+    Ok(((runs * per_run) as f64 / elapsed, per_run))
+}
 
+/// Rows/s of raw batches of 2,048 ~100-byte rows, `total` rows.
+async fn raw_throughput(url: &str, total: usize) -> BenchResult<f64> {
     let client = raw_client(url).await?;
-    let total = runs * per_run;
     let value = vec![7u8; 100];
     let start = Instant::now();
     let mut seq = 0i64;
@@ -121,10 +199,7 @@ async fn throughput(url: &str, runs: usize, steps: u32) -> BenchResult<(f64, f64
             .await?;
         seq += n as i64;
     }
-    Ok((
-        events / elapsed,
-        total as f64 / start.elapsed().as_secs_f64(),
-    ))
+    Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
 fn main() {
@@ -144,7 +219,16 @@ fn main() {
         let url = support::database("bench_seq").await;
         let (reel, raw) = sequential(&url, seq_steps).await?;
         let url = support::database("bench_tp").await;
-        let (reel_tp, raw_tp) = throughput(&url, runs, 10).await?;
+        let (reel_tp, per_run) = reel_throughput(hosts(&url, 0).await?, "tp", runs, 10).await?;
+        let url = support::database("bench_tp1").await;
+        let (one_tp, _) = reel_throughput(hosts(&url, 1).await?, "tp1", runs, 10).await?;
+        let url = support::database("bench_tp3").await;
+        let (three_tp, _) = reel_throughput(hosts(&url, 3).await?, "tp3", runs, 10).await?;
+        let url = support::database("bench_tp3o").await;
+        let (three, owners) = hosts_and_owners(&url, 3).await?;
+        let owner = |_: usize, id: &str| owners[reel_postgres::partition_of(id) as usize];
+        let (routed_tp, _) = reel_throughput_on(three, "tp3o", runs, 10, owner).await?;
+        let raw_tp = raw_throughput(&url, runs * per_run).await?;
         println!("| scenario | reel on Postgres | raw Postgres | ratio |");
         println!("| --- | --- | --- | --- |");
         println!(
@@ -157,6 +241,16 @@ fn main() {
             "| throughput, {runs} runs x 10 steps | {reel_tp:.0} events/s | {raw_tp:.0} rows/s (batches of 2,048) | {:.2}x |",
             reel_tp / raw_tp
         );
+        for (hosts, tp) in [
+            ("1 joined host", one_tp),
+            ("3 joined hosts, runs started round-robin", three_tp),
+            ("3 joined hosts, each run started on its owner", routed_tp),
+        ] {
+            println!(
+                "| throughput, {runs} runs x 10 steps, {hosts} (in this process) | {tp:.0} events/s | {raw_tp:.0} rows/s | {:.2}x |",
+                tp / raw_tp
+            );
+        }
         Ok(())
     });
     if let Err(e) = result {

@@ -17,6 +17,9 @@ use crate::message::{Pause, Retry, Unpause};
 /// Letters taken from the inbox at a time.
 const LETTERS: usize = 256;
 
+/// Runs whose letters are applied at once.
+const APPLY_AT_ONCE: usize = 64;
+
 /// How often the inbox is read when no notice arrives (notices can be lost).
 const INBOX_POLL: Duration = Duration::from_secs(1);
 
@@ -73,7 +76,12 @@ impl Core {
                     return;
                 };
                 match notice {
-                    Ok(Ok(Notice::Changed(run_id))) => core.notify_changed(&run_id, None),
+                    // A run owned here tells its waiters itself.
+                    Ok(Ok(Notice::Changed(run_id))) => {
+                        if core.owned_elsewhere(&run_id) {
+                            core.notify_changed(&run_id, None);
+                        }
+                    }
                     Ok(Ok(Notice::Mail(part))) => {
                         if core.cluster().is_some_and(|c| c.holds(part)) {
                             core.drain_inbox().await;
@@ -209,13 +217,27 @@ impl Core {
                 }
             };
             let full = letters.len() == LETTERS;
-            let mut done = Vec::with_capacity(letters.len());
+            // Runs are served at once, each run's letters in the order posted.
+            let mut by_run: HashMap<String, Vec<Letter>> = HashMap::new();
             for letter in letters {
-                let id = letter.id;
-                if self.apply(letter).await {
-                    done.push(id);
-                }
+                by_run.entry(letter.run_id.clone()).or_default().push(letter);
             }
+            let done: Vec<i64> = futures::stream::iter(by_run.into_values())
+                .map(|letters| async move {
+                    let mut done = Vec::with_capacity(letters.len());
+                    for letter in letters {
+                        let id = letter.id;
+                        if !self.apply(letter).await {
+                            break;
+                        }
+                        done.push(id);
+                    }
+                    done
+                })
+                .buffer_unordered(APPLY_AT_ONCE)
+                .flat_map(futures::stream::iter)
+                .collect()
+                .await;
             if done.is_empty() {
                 return;
             }
