@@ -45,6 +45,23 @@ impl LogWatchers {
         }
     }
 
+    /// The runs watched now.
+    pub(crate) fn watched_runs(&self) -> Vec<String> {
+        self.runs().keys().cloned().collect()
+    }
+
+    /// The run's log ends before `next_seq`, as read from the store: tells its
+    /// watchers if that is news.
+    pub(crate) fn reached(&self, run_id: &str, next_seq: u64) {
+        if let Some(tx) = self.runs().get(run_id) {
+            tx.send_if_modified(|seen| {
+                let news = *seen != next_seq;
+                *seen = next_seq;
+                news
+            });
+        }
+    }
+
     /// Ends every watch (the host shuts down): their `changed` answers
     /// [`ActorError::Shutdown`].
     pub(crate) fn close(&self) {

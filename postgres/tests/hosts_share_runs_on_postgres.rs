@@ -337,3 +337,59 @@ async fn step_that_ends_after_its_lease_was_lost_is_not_recorded() -> anyhow::Re
     host.shutdown().await?;
     Ok(())
 }
+
+/// The partition owner of `run_id`, as the database says.
+async fn owner_of(url: &str, run_id: &str) -> String {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let owner: String = client
+        .query_one(
+            "SELECT owner FROM reel_leases WHERE part = $1",
+            &[&partition_of(run_id)],
+        )
+        .await
+        .expect("lease")
+        .get(0);
+    drop(client);
+    let _ = task.await;
+    owner
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_owned_elsewhere_can_be_watched() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let url = support::database("watch").await;
+    let executions = Executions::default();
+    let hosts = [
+        host(&url, "host-a", &executions).await?,
+        host(&url, "host-b", &executions).await?,
+    ];
+    until_leases(&url, |l| l.len() == 2 && l.values().all(|n| *n == 128)).await;
+    // A run host-a owns, watched from host-b.
+    let id = "watched-0".to_owned();
+    let (owner, other) = match owner_of(&url, &id).await.as_str() {
+        "host-a" => (&hosts[0], &hosts[1]),
+        _ => (&hosts[1], &hosts[0]),
+    };
+    let run = owner.start::<Order>(&id, 5).await?;
+    let watch = tokio::spawn(
+        other
+            .run(&id)
+            .watch()
+            .map(|r| r.map(|record| record.event))
+            .collect::<Vec<_>>(),
+    );
+    run.signal("payment", "paid", "pay-w").await?;
+    run.result().await?;
+    let seen = tokio::time::timeout(Duration::from_secs(60), watch)
+        .await
+        .map_err(|_| anyhow::anyhow!("the watch never ended"))??;
+    let seen: Vec<Event> = seen.into_iter().collect::<reel::Result<_>>()?;
+    assert_eq!(seen, run.events().await?, "every record, once, in order");
+    for h in hosts {
+        h.shutdown().await?;
+    }
+    Ok(())
+}

@@ -3,8 +3,8 @@
 //! the runs of partitions gained (as start-up recovery does for a whole store) and
 //! stops the runs of partitions lost or given back; an inbox task applies the mail
 //! other hosts post for runs owned here, woken by the backend's notices with a
-//! poll as the fallback, and wakes local `result()` waiters when another host
-//! changed a run.
+//! poll as the fallback, and wakes local `result()` waiters (and watchers of
+//! logs) when another host changed a run.
 
 use std::collections::BTreeSet;
 
@@ -80,6 +80,7 @@ impl Core {
                     Ok(Ok(Notice::Changed(run_id))) => {
                         if core.owned_elsewhere(&run_id) {
                             core.notify_changed(&run_id, None);
+                            core.follow_remote_logs(Some(run_id)).await;
                         }
                     }
                     Ok(Ok(Notice::Mail(part))) => {
@@ -93,11 +94,34 @@ impl Core {
                         for run_id in core.waiters.runs() {
                             core.notify_changed(&run_id, None);
                         }
+                        core.follow_remote_logs(None).await;
                         core.drain_inbox().await;
                     }
                 }
             }
         });
+    }
+
+    /// Tells the watchers of logs owned elsewhere (`run`, or every one) how far
+    /// those logs are: the owner's commits are not heard here, so a remote log
+    /// is read when its run changes state and at every inbox poll.
+    async fn follow_remote_logs(&self, run: Option<String>) {
+        let watched = self.log_watchers.watched_runs();
+        let runs: Vec<String> = match run {
+            Some(r) if watched.contains(&r) => vec![r],
+            Some(_) => Vec::new(),
+            None => watched,
+        };
+        for run_id in runs {
+            if !self.owned_elsewhere(&run_id) {
+                continue;
+            }
+            let store = self.store.clone();
+            let id = run_id.clone();
+            if let Ok(next) = blocking(move || store.next_seq(&id)).await {
+                self.log_watchers.reached(&run_id, next);
+            }
+        }
     }
 
     /// One renewal: stops the runs of partitions lost, gives the surplus back,
@@ -220,7 +244,10 @@ impl Core {
             // Runs are served at once, each run's letters in the order posted.
             let mut by_run: HashMap<String, Vec<Letter>> = HashMap::new();
             for letter in letters {
-                by_run.entry(letter.run_id.clone()).or_default().push(letter);
+                by_run
+                    .entry(letter.run_id.clone())
+                    .or_default()
+                    .push(letter);
             }
             let done: Vec<i64> = futures::stream::iter(by_run.into_values())
                 .map(|letters| async move {
