@@ -99,7 +99,10 @@ async fn reel_hosts(url: &str) -> BenchResult<(Vec<Arc<Host>>, Vec<usize>)> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut owners = vec![0; 256];
-    for row in client.query("SELECT part, owner FROM reel_leases", &[]).await? {
+    for row in client
+        .query("SELECT part, owner FROM reel_leases", &[])
+        .await?
+    {
         let (part, owner): (i16, Option<String>) = (row.get(0), row.get(1));
         owners[part as usize] = owner
             .and_then(|o| o.strip_prefix("host-").and_then(|i| i.parse().ok()))
