@@ -17,7 +17,7 @@ use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
 use kameo::error::ActorStopReason;
 use kameo::message::{Context, Message};
-use reel_storage::{Event, Failure, RunMeta, RunState, StorageError, Store, TimerEntry};
+use reel_storage::{Event, Failure, RunMeta, RunState, Store, TimerEntry};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
@@ -34,6 +34,7 @@ use crate::services::Services;
 mod admission;
 mod cancel;
 mod delivery;
+mod outcome;
 mod pause;
 mod segment;
 
@@ -75,7 +76,7 @@ pub(crate) struct RunActor {
 }
 
 /// An outcome reported by the execution task: a suspension (the execution stays
-/// alive) or its final outcome.
+/// alive) or its final outcome (`outcome`).
 struct ExecReport {
     generation: u64,
     outcome: Outcome,
@@ -451,129 +452,6 @@ impl Message<Delivery> for RunActor {
         }
         self.track();
         result
-    }
-}
-
-impl Message<ExecReport> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, done: ExecReport, ctx: &mut Context<Self, ()>) {
-        if done.generation != self.generation || self.retired {
-            return;
-        }
-        let me = ctx.actor_ref().clone();
-        if !matches!(done.outcome, Outcome::Suspended { .. }) {
-            self.exec = None;
-        }
-        let result = match done.outcome {
-            Outcome::Completed(output) => {
-                self.finish(
-                    vec![Event::RunCompleted { output }],
-                    RunState::Completed,
-                    ctx,
-                )
-                .await
-            }
-            Outcome::Failed(error) => {
-                self.finish(
-                    vec![Event::RunFailed {
-                        error: error.clone(),
-                    }],
-                    RunState::Failed { error },
-                    ctx,
-                )
-                .await
-            }
-            Outcome::Cancelled(reason) => {
-                self.finish(
-                    vec![Event::RunCancelled {
-                        reason: reason.clone(),
-                    }],
-                    RunState::Cancelled { reason },
-                    ctx,
-                )
-                .await
-            }
-            Outcome::ContinuedAsNew {
-                version,
-                input,
-                carried,
-                seen,
-            } => {
-                self.continue_as_new(version, input, &carried, seen, ctx)
-                    .await
-            }
-            Outcome::Suspended {
-                waiting_on,
-                awaits_child,
-                seen,
-            } => {
-                // Stale: an event appended since then is on its way to the execution.
-                if seen < self.journal.len() {
-                    return;
-                }
-                if self.is_paused() {
-                    // Reported before the pause reached the execution: it only
-                    // waits, so it is dropped now and the state stays paused.
-                    self.abort_execution();
-                    self.settle(&me);
-                    return;
-                }
-                self.suspended = true;
-                let state = RunState::Suspended {
-                    waiting_on,
-                    awaits_child,
-                };
-                if self.meta.state != state {
-                    let meta = self.meta_with(state);
-                    self.meta = meta.clone();
-                    // Not fsynced: if this is lost, recovery replays a run that was
-                    // only waiting, which is harmless.
-                    let written = self
-                        .journal
-                        .append_with(Vec::new(), Some(meta), Vec::new(), false)
-                        .await;
-                    if let Err(e) = written {
-                        tracing::warn!(run_id = %self.run_id, error = %e, "reel: could not record suspension");
-                    }
-                    self.host.notify_changed(&self.run_id, Some(&self.meta));
-                }
-                self.settle(&me);
-                Ok(())
-            }
-            Outcome::Parked(failure) => {
-                self.park(failure).await;
-                self.retire(ctx).await;
-                Ok(())
-            }
-            Outcome::Paused => {
-                // Resumed while the execution was winding down: it starts again.
-                self.begin(&me, false).await;
-                self.settle(&me);
-                Ok(())
-            }
-            Outcome::Crashed(message) => {
-                self.host.record_crash(&self.run_id, message.clone());
-                panic!("reel: run `{}` crashed: {message}", self.run_id);
-            }
-            Outcome::Disowned => Err(ActorError::Storage(StorageError::NotOwner {
-                run_id: self.run_id.to_string(),
-                partition: reel_storage::partition_of(&self.run_id),
-            })),
-        };
-        if let Err(ActorError::Storage(StorageError::NotOwner { .. })) = result {
-            // Another host owns the run now: it runs it from its log.
-            tracing::info!(run_id = %self.run_id, "reel: run taken over by another host; stopping it here");
-            self.retire(ctx).await;
-            return;
-        }
-        if let Err(e) = result {
-            // The final write failed (disk full?): crash so the supervisor restarts the
-            // run from what is on disk, and parks it if this keeps happening.
-            self.host.record_crash(&self.run_id, e.to_string());
-            panic!("reel: run `{}` could not record its end: {e}", self.run_id);
-        }
-        self.track();
     }
 }
 
