@@ -219,6 +219,15 @@ impl Core {
             let permit = self.new_runs.clone().acquire_owned().await;
             Some(permit.map_err(|_| ActorError::Shutdown)?)
         };
+        // Created on a host that does not own it: its owner learns of it, and of its
+        // timers, by mail posted with the run's first write.
+        let elsewhere = self.owned_elsewhere(&run_id);
+        let mail = elsewhere.then(|| reel_storage::Mail::Wake {
+            timers: add_timers
+                .iter()
+                .map(|t| (t.fire_at, t.timer_id.clone()))
+                .collect(),
+        });
         let created = self
             .store
             .submit(Append {
@@ -229,6 +238,7 @@ impl Core {
                 add_timers: add_timers.clone(),
                 durable: true,
                 at: Some(now),
+                mail,
                 ..Append::default()
             })
             .await;
@@ -251,14 +261,7 @@ impl Core {
             Err(e) => return Err(e.into()),
         }
         metrics::counter!(reel_storage::metrics::RUNS_STARTED).increment(1);
-        if self.owned_elsewhere(&run_id) {
-            // Another host owns the run: it learns of it, and of its timers, by mail.
-            let timers = add_timers
-                .into_iter()
-                .map(|t| (t.fire_at, t.timer_id))
-                .collect();
-            self.post(&run_id, Some(reel_storage::Mail::Wake { timers }))
-                .await?;
+        if elsewhere {
             return Ok(Started::Created);
         }
         self.schedule_timers(add_timers);

@@ -389,6 +389,7 @@ impl Journal {
                 add_timers: add_timers.clone(),
                 remove_timers,
                 durable,
+                mail: None,
             });
             if let Some(host) = self.0.host.upgrade() {
                 if !add_timers.is_empty() {

@@ -401,3 +401,30 @@ pub(crate) async fn fence(
         .map_err(|e| pg_err(&e))?;
     Ok(rows.iter().map(|r| r.get::<_, i16>(0)).collect())
 }
+
+/// Posts `mails` (partition, run, encoded mail) in the write transaction `tx`, and
+/// tells the owners once it commits.
+pub(crate) async fn post_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    mails: &[(i16, &str, &[u8])],
+) -> Result<()> {
+    if mails.is_empty() {
+        return Ok(());
+    }
+    let parts: Vec<i16> = mails.iter().map(|m| m.0).collect();
+    let runs: Vec<&str> = mails.iter().map(|m| m.1).collect();
+    let bytes: Vec<&[u8]> = mails.iter().map(|m| m.2).collect();
+    tx.execute(
+        &crate::tx_stmt(
+            tx,
+            "WITH posted AS (INSERT INTO reel_inbox (part, run_id, mail) \
+             SELECT * FROM unnest($1::smallint[], $2::text[], $3::bytea[]) RETURNING part) \
+             SELECT pg_notify('reel_inbox', part::text) FROM (SELECT DISTINCT part FROM posted) p",
+        )
+        .await?,
+        &[&parts, &runs, &bytes],
+    )
+    .await
+    .map_err(|e| pg_err(&e))?;
+    Ok(())
+}

@@ -31,6 +31,8 @@ pub(crate) struct Encoded {
     add_timers: Vec<(Vec<u8>, String, u64)>,
     remove_timers: Vec<Vec<u8>>,
     durable: bool,
+    /// Encoded mail for the run's owner (`reel_inbox`).
+    mail: Option<Vec<u8>>,
 }
 
 impl Encoded {
@@ -68,6 +70,11 @@ impl Encoded {
             remove_timers: append.remove_timers.iter().map(encode_timer_key).collect(),
             expected_seq: append.expected_seq,
             durable: append.durable,
+            mail: append
+                .mail
+                .as_ref()
+                .map(reel_storage::Mail::encode)
+                .transpose()?,
             run_id: append.run_id,
         })
     }
@@ -243,6 +250,7 @@ async fn write(
     // the same end state as applying the appends one after the other.
     let mut metas: BTreeMap<&str, &(Vec<u8>, bool, MetaRow)> = BTreeMap::new();
     let mut timers: HashMap<&[u8], Option<(&str, u64)>> = HashMap::new();
+    let mut mails: Vec<(i16, &str, &[u8])> = Vec::new();
     for a in appends {
         let part = partition_of(&a.run_id);
         if fence.is_some() && !a.creates() && !leased.contains(&part) {
@@ -272,6 +280,9 @@ async fn write(
         }
         if let Some(meta) = &a.meta {
             metas.insert(a.run_id.as_str(), meta);
+        }
+        if let Some(mail) = &a.mail {
+            mails.push((part, a.run_id.as_str(), mail.as_slice()));
         }
         for key in &a.remove_timers {
             timers.insert(key.as_slice(), None);
@@ -319,7 +330,8 @@ async fn write(
         log,
         write_meta(&tx, &metas),
         write_timers(&tx, &timers),
-        notify
+        notify,
+        crate::cluster::post_in(&tx, &mails)
     )?;
     tx.commit().await.map_err(|e| pg_err(&e))?;
     Ok(outcomes)

@@ -35,6 +35,11 @@ pub struct Append {
     /// writes still reach the OS before the answer (they survive a process kill) and
     /// become durable with the next durable write, which is ordered after them.
     pub durable: bool,
+    /// Mail for the run's owner, posted in the same transaction, when several hosts
+    /// share the store and the writer does not own the run (a run created on
+    /// another host than its owner: the owner learns of it with its first write,
+    /// or not at all). A store one host owns ignores it.
+    pub mail: Option<crate::Mail>,
     /// When the events were appended (ms since the epoch), stamped on their records;
     /// `None` stamps the system clock's time of submission. A host stamps its
     /// [`Clock`](crate::Clock)'s time, so a test clock's virtual times show in logs.

@@ -99,6 +99,7 @@ async fn concurrent_appenders_all_land_in_order_with_meta_and_timers() {
                         add_timers,
                         remove_timers,
                         durable: true,
+                        mail: None,
                     })
                     .await
                     .unwrap_or_else(|e| panic!("{run} append {seq}: {e}"));

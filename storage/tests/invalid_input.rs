@@ -39,6 +39,7 @@ fn append(run: &str) -> Append {
         }],
         remove_timers: Vec::new(),
         durable: true,
+        mail: None,
     }
 }
 

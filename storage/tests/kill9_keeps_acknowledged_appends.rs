@@ -87,6 +87,7 @@ fn append(run: &str, seq: u64) -> Append {
             .into_iter()
             .collect(),
         durable: true,
+        mail: None,
     }
 }
 

@@ -44,6 +44,7 @@ async fn write_run(store: &FjallStore, run: &str, durable: bool) {
             }],
             remove_timers: Vec::new(),
             durable,
+            mail: None,
         })
         .await
         .expect("append");

@@ -24,6 +24,7 @@ pub async fn run_cluster_checks<B: ClusterBackend, F: Fn() -> B>(new: F) {
     leases_are_exclusive_and_shared(&new()).await;
     writes_need_the_lease(&new()).await;
     inbox_carries_mail_to_the_owner(&new()).await;
+    mail_travels_with_a_creation(&new()).await;
     a_closed_member_gives_its_leases_back(&new()).await;
 }
 
@@ -175,6 +176,41 @@ pub async fn inbox_carries_mail_to_the_owner<B: ClusterBackend>(b: &B) {
         .unfinished_in(&cluster(&a).held())
         .expect("scan");
     assert!(elsewhere.items.is_empty(), "{:?}", super::ids(&elsewhere));
+    a.close();
+    owner.close();
+}
+
+/// Mail in a creating append lands with it, in its owner's inbox; a creation
+/// refused (the run exists) posts nothing.
+pub async fn mail_travels_with_a_creation<B: ClusterBackend>(b: &B) {
+    let (a, owner) = two_members(b).await;
+    let r = run_held_by(&owner, "created");
+    let wake = Mail::Wake {
+        timers: vec![(9, "t".into())],
+    };
+    let create = || {
+        let mut create = events(&r, 0, vec![started()]);
+        create.meta = Some(meta(&r, RunState::Running));
+        create.mail = Some(wake.clone());
+        create
+    };
+    a.submit(create()).await.expect("create");
+    assert!(matches!(
+        a.submit(create()).await,
+        Err(StorageError::Conflict { .. })
+    ));
+    let letters = cluster(&owner)
+        .letters(&cluster(&owner).held(), 10)
+        .expect("letters");
+    assert_eq!(
+        letters.len(),
+        1,
+        "one letter, from the creation that landed"
+    );
+    assert_eq!(
+        (letters[0].run_id.as_str(), &letters[0].mail),
+        (r.as_str(), &Ok(wake))
+    );
     a.close();
     owner.close();
 }
