@@ -3,7 +3,10 @@
 //! spread over the hosts, and every recorded step ran exactly as recorded. A host
 //! whose lease was taken from it (a network partition) cannot write: its write is
 //! refused, the signal it was delivering waits in the owner's inbox, and the run
-//! goes on once a host holds its partition again.
+//! goes on once a host holds its partition again; a step that ends after its
+//! host lost the lease is not recorded and runs again on the owner. Timers and
+//! child runs work across hosts (a child runs on its partition's owner, its end
+//! reaches the parent's owner by mail), and a log owned elsewhere can be watched.
 
 mod support;
 
@@ -388,6 +391,92 @@ async fn a_log_owned_elsewhere_can_be_watched() -> anyhow::Result<()> {
         .map_err(|_| anyhow::anyhow!("the watch never ended"))??;
     let seen: Vec<Event> = seen.into_iter().collect::<reel::Result<_>>()?;
     assert_eq!(seen, run.events().await?, "every record, once, in order");
+    for h in hosts {
+        h.shutdown().await?;
+    }
+    Ok(())
+}
+
+/// A child run: one step, named by the host that ran it.
+#[derive(Clone)]
+struct Label {
+    host: String,
+}
+
+impl Workflow for Label {
+    const NAME: &'static str = "label";
+    type Input = u32;
+    type Output = String;
+    async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<String> {
+        let host = self.host.clone();
+        ctx.step("print", move |_| {
+            let host = host.clone();
+            async move { Ok::<_, String>(format!("label-{n}@{host}")) }
+        })
+        .await
+    }
+}
+
+/// A parent that sleeps, then waits for a child run (most children hash into a
+/// partition another host owns).
+struct Ship;
+
+impl Workflow for Ship {
+    const NAME: &'static str = "ship";
+    type Input = u32;
+    type Output = String;
+    async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<String> {
+        ctx.sleep(Duration::from_millis(30)).await?;
+        ctx.child::<Label>(&format!("{}-label", ctx.run_id()), n)
+            .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_and_children_cross_hosts() -> anyhow::Result<()> {
+    let url = support::database("children").await;
+    let mut hosts = Vec::new();
+    for name in ["host-a", "host-b", "host-c"] {
+        let store = PgStore::join(
+            &url,
+            ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
+        )
+        .await?;
+        hosts.push(
+            Host::builder()
+                .store(store)
+                .register(Ship)
+                .register(Label {
+                    host: name.to_owned(),
+                })
+                .build()
+                .await?,
+        );
+    }
+    until_leases(&url, |l| l.len() == 3 && l.values().all(|n| *n >= 80)).await;
+    const RUNS: u32 = 24;
+    for n in 0..RUNS {
+        hosts[n as usize % 3]
+            .start::<Ship>(&format!("ship-{n}"), n)
+            .await?;
+    }
+    let mut labelled_by = BTreeMap::new();
+    for n in 0..RUNS {
+        let id = format!("ship-{n}");
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            hosts[(n as usize + 1) % 3].handle::<Ship>(&id).result(),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("{id} did not complete"))??;
+        let (label, host) = out.split_once('@').expect("label@host");
+        assert_eq!(label, format!("label-{n}"));
+        // The child ran on the owner of its partition.
+        assert_eq!(host, owner_of(&url, &format!("{id}-label")).await);
+        *labelled_by.entry(host.to_owned()).or_insert(0) += 1;
+    }
+    println!("children run by: {labelled_by:?}");
+    assert!(labelled_by.len() > 1, "children ran on several hosts");
     for h in hosts {
         h.shutdown().await?;
     }
