@@ -98,35 +98,7 @@ async fn hosts_and_owners(url: &str, n: usize) -> BenchResult<(Vec<Arc<Host>>, V
             Host::builder().store(store).register(Steps).build().await?,
         ));
     }
-    let client = raw_client(url).await?;
-    let share = (256 / n as i64) - 8;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let rows = client
-            .query(
-                "SELECT count(*) FROM reel_leases WHERE owner IS NOT NULL GROUP BY owner",
-                &[],
-            )
-            .await?;
-        if rows.len() == n && rows.iter().all(|r| r.get::<_, i64>(0) >= share) {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err("the hosts never shared the partitions out".into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mut owners = vec![0; 256];
-    for row in client
-        .query("SELECT part, owner FROM reel_leases", &[])
-        .await?
-    {
-        let (part, owner): (i16, Option<String>) = (row.get(0), row.get(1));
-        let index = owner
-            .and_then(|o| o.strip_prefix("bench-").and_then(|i| i.parse().ok()))
-            .unwrap_or(0);
-        owners[part as usize] = index;
-    }
+    let owners = support::spread_leases(url, "bench-", n, (256 / n as i64) - 8).await;
     Ok((hosts, owners))
 }
 

@@ -89,10 +89,13 @@ impl Core {
                         }
                     }
                     Ok(Err(RecvError::Closed)) => return,
-                    // Missed notices, or none for a while: read everything again.
+                    // Missed notices, or none for a while: read everything again
+                    // (what runs owned here do, they tell themselves).
                     Ok(Ok(Notice::Missed) | Err(RecvError::Lagged(_))) | Err(_) => {
                         for run_id in core.waiters.runs() {
-                            core.notify_changed(&run_id, None);
+                            if core.owned_elsewhere(&run_id) {
+                                core.notify_changed(&run_id, None);
+                            }
                         }
                         core.follow_remote_logs(None).await;
                         core.drain_inbox().await;
@@ -167,8 +170,18 @@ impl Core {
                 count = gained.len(),
                 "reel: partitions taken; recovering their runs"
             );
-            if let Err(e) = self.adopt(gained).await {
-                tracing::warn!(error = %e, "reel: recovering the runs of taken partitions failed");
+            if let Err(e) = self.adopt(gained.clone()).await {
+                // Held but not recovered, their runs would wait for nobody: give
+                // them back, to be taken (and recovered) again.
+                tracing::warn!(error = %e, "reel: recovering the runs of taken partitions failed; giving them back");
+                self.abandon(&gained).await;
+                let store = self.store.clone();
+                let _ = blocking(move || match store.cluster() {
+                    Some(c) => c.release(&gained),
+                    None => Ok(()),
+                })
+                .await;
+                return;
             }
             self.drain_inbox().await;
         }

@@ -88,7 +88,7 @@ impl Core {
             }
         });
         if let Err(e) = core.recover_runs(unfinished, timers).await {
-            core.shutdown().await;
+            core.discard().await;
             return Err(e);
         }
         core.spawn_retention(core.options.retention.clone());
@@ -97,6 +97,17 @@ impl Core {
         }
         core.join_cluster();
         Ok(core)
+    }
+
+    /// Undoes an open that failed: stops what it started, and leaves the store
+    /// open (its owner may retry).
+    async fn discard(&self) {
+        self.closing.store(true, Ordering::Release);
+        let _ = self.timers.stop_gracefully().await;
+        self.timers.wait_for_shutdown().await;
+        let supervisor = self.supervisors.lock().await.0.clone();
+        let _ = supervisor.stop_gracefully().await;
+        supervisor.wait_for_shutdown().await;
     }
 
     /// Recovers runs found by a scan (of the whole store, or of partitions just

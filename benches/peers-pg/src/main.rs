@@ -80,34 +80,7 @@ async fn reel_hosts(url: &str) -> BenchResult<(Vec<Arc<Host>>, Vec<usize>)> {
             Host::builder().store(store).register(Steps).build().await?,
         ));
     }
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let rows = client
-            .query(
-                "SELECT count(*) FROM reel_leases WHERE owner IS NOT NULL GROUP BY owner",
-                &[],
-            )
-            .await?;
-        if rows.len() == 3 && rows.iter().all(|r| r.get::<_, i64>(0) >= 80) {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err("the hosts never shared the partitions out".into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mut owners = vec![0; 256];
-    for row in client
-        .query("SELECT part, owner FROM reel_leases", &[])
-        .await?
-    {
-        let (part, owner): (i16, Option<String>) = (row.get(0), row.get(1));
-        owners[part as usize] = owner
-            .and_then(|o| o.strip_prefix("host-").and_then(|i| i.parse().ok()))
-            .unwrap_or(0);
-    }
+    let owners = support::spread_leases(url, "host-", 3, 80).await;
     Ok((hosts, owners))
 }
 

@@ -272,3 +272,45 @@ pub async fn execute(url: &str, sql: &str) {
     drop(client);
     let _ = task.await;
 }
+
+/// Waits (a minute at most) until `hosts` hosts named `<prefix><index>` each lease
+/// at least `min_each` of the partitions of the database at `url`; then returns,
+/// for each partition, the index of the host that owns it. Panics past the minute.
+pub async fn spread_leases(url: &str, prefix: &str, hosts: usize, min_each: i64) -> Vec<usize> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = client
+            .query(
+                "SELECT count(*) FROM reel_leases WHERE owner IS NOT NULL GROUP BY owner",
+                &[],
+            )
+            .await
+            .expect("leases");
+        if rows.len() == hosts && rows.iter().all(|r| r.get::<_, i64>(0) >= min_each) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hosts never shared the partitions out"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut owners = vec![0; 256];
+    for row in client
+        .query("SELECT part, owner FROM reel_leases", &[])
+        .await
+        .expect("leases")
+    {
+        let (part, owner): (i16, Option<String>) = (row.get(0), row.get(1));
+        owners[part as usize] = owner
+            .and_then(|o| o.strip_prefix(prefix).and_then(|i| i.parse().ok()))
+            .unwrap_or(0);
+    }
+    drop(client);
+    let _ = task.await;
+    owners
+}
