@@ -10,7 +10,8 @@
 //!
 //! # Layout
 //! - this file: opening (and creating, and upgrading) the store; reads.
-//! - `writer`: the group-commit writer thread.
+//! - `writer`: the group commit: the writer thread, and lone appends committed on
+//!   their caller's thread.
 //! - `index`: the listing indexes and status counts, kept by the writer.
 //! - `schedules`: the schedules keyspace.
 //!
@@ -38,6 +39,8 @@ use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry, 
 
 mod index;
 mod writer;
+
+use writer::Committer;
 
 use index::Listed;
 
@@ -208,6 +211,8 @@ pub struct FjallStore {
     ks: RwLock<Option<Keyspaces>>,
     /// Told by the writer which logs each commit grew.
     listener: Arc<RwLock<Option<Arc<dyn CommitListener>>>>,
+    /// Builds and commits batches, for the writer thread and inline callers.
+    committer: Arc<Committer>,
     tx: Mutex<Option<Sender<Request>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -284,16 +289,17 @@ impl FjallStore {
         }
         index::build_if_missing(&keyspaces, &format)?;
         let (tx, rx) = mpsc::channel();
-        let writer_ks = keyspaces.clone();
         let listener: Arc<RwLock<Option<Arc<dyn CommitListener>>>> = Arc::default();
-        let writer_listener = listener.clone();
+        let committer = Arc::new(Committer::new(keyspaces.clone(), listener.clone()));
+        let writer_committer = committer.clone();
         let writer = std::thread::Builder::new()
             .name("reel-writer".into())
-            .spawn(move || writer::writer_loop(writer_ks, rx, writer_listener))
+            .spawn(move || writer::writer_loop(writer_committer, rx))
             .map_err(|e| StorageError::Io(e.to_string()))?;
         Ok(Arc::new(FjallStore {
             ks: RwLock::new(Some(keyspaces)),
             listener,
+            committer,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
         }))
@@ -370,14 +376,24 @@ impl LogWriter for FjallStore {
 impl FjallStore {
     fn send(&self, append: Encoded) -> Ticket {
         let (reply, rx) = oneshot::channel();
+        // A lone append commits here and its ticket is answered on return.
+        let req = match self.committer.try_inline(Request { append, reply }) {
+            Ok(()) => return Ticket::pending(rx),
+            Err(req) => req,
+        };
         let guard = match self.tx.lock() {
             Ok(g) => g,
             Err(_) => return Ticket::ready(Err(StorageError::Closed)),
         };
-        match guard.as_ref() {
-            Some(tx) if tx.send(Request { append, reply }).is_ok() => Ticket::pending(rx),
-            _ => Ticket::ready(Err(StorageError::Closed)),
+        let Some(tx) = guard.as_ref() else {
+            return Ticket::ready(Err(StorageError::Closed));
+        };
+        self.committer.queue();
+        if tx.send(req).is_err() {
+            self.committer.unqueue();
+            return Ticket::ready(Err(StorageError::Closed));
         }
+        Ticket::pending(rx)
     }
 }
 
@@ -519,6 +535,7 @@ impl Store for FjallStore {
     }
 
     fn close(&self) {
+        self.committer.close();
         // Dropping the sender ends the writer loop once the queue is drained.
         if let Ok(mut tx) = self.tx.lock() {
             tx.take();
@@ -528,6 +545,7 @@ impl Store for FjallStore {
         {
             let _ = handle.join();
         }
+        self.committer.release();
         if let Ok(mut ks) = self.ks.write()
             && let Some(ks) = ks.take()
         {

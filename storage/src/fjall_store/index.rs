@@ -85,6 +85,7 @@ fn count_key(kind: StatusKind) -> [u8; 2] {
 }
 
 /// Keeps the indexes of the runs a batch writes, and the counts, in step.
+#[derive(Default)]
 pub(super) struct ListingWriter {
     counts: [u64; StatusKind::ALL.len()],
     /// What this batch already wrote per run (`None`: deleted): the on-disk record
