@@ -451,6 +451,38 @@ impl ScheduleStore for PgStore {
         })
     }
 
+    fn swap_schedule(
+        &self,
+        expected: Option<&ScheduleRecord>,
+        new: &ScheduleRecord,
+    ) -> Result<bool> {
+        let id = new.id.clone();
+        let bytes = new.encode()?;
+        let old = expected.map(ScheduleRecord::encode).transpose()?;
+        self.block(move |c| async move {
+            // One statement each, so the check and the write are one atomic step.
+            let changed = match old {
+                None => {
+                    c.execute(
+                        "INSERT INTO reel_schedules (id, record) VALUES ($1, $2) \
+                         ON CONFLICT (id) DO NOTHING",
+                        &[&id, &bytes],
+                    )
+                    .await
+                }
+                Some(old) => {
+                    c.execute(
+                        "UPDATE reel_schedules SET record = $2 WHERE id = $1 AND record = $3",
+                        &[&id, &bytes, &old],
+                    )
+                    .await
+                }
+            }
+            .map_err(|e| pg_err(&e))?;
+            Ok(changed == 1)
+        })
+    }
+
     fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
         let id = id.to_owned();
         self.block(move |c| async move {

@@ -215,6 +215,8 @@ pub struct FjallStore {
     committer: Arc<Committer>,
     tx: Mutex<Option<Sender<Request>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Held across a schedule's check and write (`schedules`).
+    schedule_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for FjallStore {
@@ -302,6 +304,7 @@ impl FjallStore {
             committer,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
+            schedule_lock: Mutex::new(()),
         }))
     }
 

@@ -268,6 +268,22 @@ impl crate::ScheduleStore for MemStore {
         Ok(())
     }
 
+    fn swap_schedule(
+        &self,
+        expected: Option<&crate::ScheduleRecord>,
+        new: &crate::ScheduleRecord,
+    ) -> Result<bool> {
+        let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
+        if st.closed {
+            return Err(StorageError::Closed);
+        }
+        if st.schedules.get(&new.id) != expected {
+            return Ok(false);
+        }
+        st.schedules.insert(new.id.clone(), new.clone());
+        Ok(true)
+    }
+
     fn get_schedule(&self, id: &str) -> Result<Option<crate::ScheduleRecord>> {
         self.read(|st| st.schedules.get(id).cloned())
     }

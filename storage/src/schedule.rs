@@ -63,6 +63,20 @@ pub trait ScheduleStore: Send + Sync {
     /// I/O, [`StorageError::Closed`].
     fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<()>;
 
+    /// Stores `new` only if the schedule stored under its id is still `expected`
+    /// (`None`: only if there is none), atomically, as one check for every host
+    /// sharing the store. `Ok(false)` when the stored schedule is something else:
+    /// another host or caller changed, created or deleted it since it was read.
+    ///
+    /// # Errors
+    /// I/O, [`StorageError::Closed`](crate::StorageError::Closed), or a stored
+    /// record that does not decode.
+    fn swap_schedule(
+        &self,
+        expected: Option<&ScheduleRecord>,
+        new: &ScheduleRecord,
+    ) -> Result<bool>;
+
     /// One schedule.
     ///
     /// # Errors

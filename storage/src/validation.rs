@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 mod cluster;
 mod listing;
+mod schedules;
 
 pub use cluster::{
     ClusterBackend, a_closed_member_gives_its_leases_back, inbox_carries_mail_to_the_owner,
@@ -25,6 +26,7 @@ pub use cluster::{
     writes_need_the_lease,
 };
 pub use listing::listing_pages_and_counts;
+pub use schedules::schedules_swap_atomically;
 
 use crate::{
     Append, Event, Payload, RunMeta, RunState, Scan, StorageError, Store, TimerEntry,
@@ -83,6 +85,7 @@ pub async fn run_all<B: Backend, F: Fn() -> B>(new: F) {
     close_and_reopen(&new()).await;
     corruption_is_reported(&new()).await;
     listing_pages_and_counts(&new()).await;
+    schedules_swap_atomically(&new()).await;
 }
 
 fn ev(i: u64) -> Event {

@@ -160,6 +160,14 @@ impl reel_storage::ScheduleStore for CountingStore {
         self.inner.put_schedule(schedule)
     }
 
+    fn swap_schedule(
+        &self,
+        expected: Option<&reel_storage::ScheduleRecord>,
+        new: &reel_storage::ScheduleRecord,
+    ) -> Result<bool> {
+        self.inner.swap_schedule(expected, new)
+    }
+
     fn get_schedule(&self, id: &str) -> Result<Option<reel_storage::ScheduleRecord>> {
         self.inner.get_schedule(id)
     }

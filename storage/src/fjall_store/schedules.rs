@@ -9,11 +9,29 @@ use crate::{ScheduleRecord, ScheduleStore};
 
 impl ScheduleStore for FjallStore {
     fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<()> {
+        let _one_at_a_time = self.schedule_writes();
         let ks = self.keyspaces()?;
         ks.schedules
             .insert(schedule.id.as_bytes(), schedule.encode()?)?;
         ks.db.persist(PersistMode::SyncAll)?;
         Ok(())
+    }
+
+    fn swap_schedule(
+        &self,
+        expected: Option<&ScheduleRecord>,
+        new: &ScheduleRecord,
+    ) -> Result<bool> {
+        // The directory's lock file keeps other processes out; this lock keeps the
+        // check and the write of this process's callers together.
+        let _one_at_a_time = self.schedule_writes();
+        if self.get_schedule(&new.id)?.as_ref() != expected {
+            return Ok(false);
+        }
+        let ks = self.keyspaces()?;
+        ks.schedules.insert(new.id.as_bytes(), new.encode()?)?;
+        ks.db.persist(PersistMode::SyncAll)?;
+        Ok(true)
     }
 
     fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
@@ -25,6 +43,7 @@ impl ScheduleStore for FjallStore {
     }
 
     fn delete_schedule(&self, id: &str) -> Result<()> {
+        let _one_at_a_time = self.schedule_writes();
         let ks = self.keyspaces()?;
         ks.schedules.remove(id.as_bytes())?;
         ks.db.persist(PersistMode::SyncAll)?;
@@ -42,5 +61,14 @@ impl ScheduleStore for FjallStore {
             )?);
         }
         Ok(out)
+    }
+}
+
+impl FjallStore {
+    /// Serializes this process's schedule writes (see `swap_schedule`).
+    fn schedule_writes(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.schedule_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

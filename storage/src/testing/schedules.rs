@@ -10,6 +10,14 @@ impl ScheduleStore for FaultStore {
         self.inner.put_schedule(schedule)
     }
 
+    fn swap_schedule(
+        &self,
+        expected: Option<&ScheduleRecord>,
+        new: &ScheduleRecord,
+    ) -> Result<bool> {
+        self.inner.swap_schedule(expected, new)
+    }
+
     fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
         self.inner.get_schedule(id)
     }
