@@ -67,7 +67,9 @@ pub enum Overlap {
 
 /// What happens to firings missed while no host ran (or the schedule was
 /// paused), once the schedule fires again. A firing is missed when it is handled
-/// more than a second after its time.
+/// more than a minute after its time (and its jitter): within that minute it is on
+/// time, so a scheduler pass that is slow or retried through a passing storage
+/// error still fires it under every policy, `None` included.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CatchUp {
     /// Missed firings are dropped.

@@ -2,7 +2,8 @@
 //! does not run its body again on later wake-ups: after the race the run waits for
 //! three signals in turn, so it is woken and replayed three more times, and the
 //! body's start count stays 1. The race is lost (a) to another step that finishes in
-//! the same execution, and (b) to a 50 ms timer.
+//! the same execution, and (b) to a timer (on a `TestClock` the test moves past it
+//! once the body runs).
 //!
 //! Why it fails without the fix: the abandoned step's log holds `StepStarted` and
 //! nothing else, which replay reads as "an attempt began and never ended (a crash):
@@ -16,14 +17,15 @@ mod common;
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use common::{Gate, until_log, waits_on, within};
 use futures::future::{Either, select};
-use reel::testing::{self, Replayed};
-use reel::{Ctx, Host, RunHandle, Workflow};
+use reel::testing::{self, Replayed, TestClock};
+use reel::{Ctx, Event, Host, RunHandle, Workflow};
 
-const LIMIT: Duration = Duration::from_secs(3);
+const LIMIT: Duration = Duration::from_secs(10);
+const TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Never opened while a run is live: a body that waits on it runs until dropped.
 static NEVER: Gate = Gate::new();
@@ -69,7 +71,7 @@ impl Workflow for LosesToTimer {
             NEVER.wait().await;
             Ok::<u32, String>(0)
         });
-        let timer = ctx.sleep(Duration::from_millis(50));
+        let timer = ctx.sleep(TIMEOUT);
         let won = match select(pin!(slow), pin!(timer)).await {
             Either::Left((v, _)) => format!("slow:{}", v?),
             Either::Right((slept, _)) => {
@@ -140,12 +142,21 @@ async fn step_that_lost_to_a_step_does_not_run_again() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_that_lost_to_a_timer_does_not_run_again() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
+    let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     let host = Host::builder()
         .path(dir.path())
+        .clock(clock.clone())
         .register(LosesToTimer)
         .build()
         .await?;
     let run = host.start::<LosesToTimer>("lost-to-timer", ()).await?;
+    // The body runs and the timer is armed: then the timer comes due.
+    until_log(&run, LIMIT, "the race", |e| {
+        e.iter().any(|e| matches!(e, Event::TimerScheduled { .. }))
+            && TIMER_RACE_STARTS.load(Ordering::SeqCst) == 1
+    })
+    .await?;
+    clock.advance(TIMEOUT);
 
     let out = wake_three_times(&run).await?;
     assert_eq!(out, "timeout+6");

@@ -2,21 +2,22 @@
 //! service when it is settled, so its old due time wakes nothing (issue 11): the
 //! deadline of a timed signal wait whose signal came first, and a timer that lost a
 //! `select!` to a signal. A run woken for nothing would be activated from disk and
-//! replay its whole log.
+//! replay its whole log. Time is a `TestClock` moved by the test: the deadlines
+//! pass only when the test says so, after the signals were consumed.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
-use reel::{Ctx, Event, FjallStore, Host, Workflow};
+use reel::testing::TestClock;
+use reel::{Clock, Ctx, Event, FjallStore, Host, Workflow};
 
 use common::counting::{CountingStore, Op};
 use common::{until_log, waits_on, within};
 
-/// How long the abandoned timers run: long enough for the test to settle them
-/// first, even on a loaded machine.
-const DEADLINE: Duration = Duration::from_millis(1_500);
+/// How long the abandoned timers run (on the test clock).
+const DEADLINE: Duration = Duration::from_secs(3600);
 
 /// A timed signal wait that its signal satisfies, then a wait that never ends.
 struct Timed;
@@ -50,7 +51,8 @@ impl Workflow for Race {
     }
 }
 
-/// Sleeps past the other runs' deadlines: its timer fires after theirs.
+/// Sleeps past the other runs' deadlines: the timer service fires timers in due
+/// order, so once its timer has fired, theirs were due and handled.
 struct Witness;
 impl Workflow for Witness {
     const NAME: &'static str = "witness";
@@ -70,8 +72,11 @@ fn touches(store: &CountingStore, run: &str) -> [u64; 3] {
 async fn settled_timers_do_not_wake_the_run_when_they_come_due() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let store = CountingStore::new(FjallStore::open(dir.path())?);
+    let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    let start: SystemTime = clock.now();
     let host = Host::builder()
         .store(store.clone())
+        .clock(clock.clone())
         .register(Timed)
         .register(Race)
         .register(Witness)
@@ -117,10 +122,14 @@ async fn settled_timers_do_not_wake_the_run_when_they_come_due() -> anyhow::Resu
     .await?;
     let before = [touches(&store, "timed"), touches(&store, "race")];
 
-    // The witness's timer comes due after the abandoned ones: once it has fired and
-    // the host is quiet again, the old due times have passed.
+    // The witness's timer comes due after the abandoned ones: once the clock has
+    // passed it, the witness has fired and the host is quiet again, the old due
+    // times have passed.
     let witness = host.start::<Witness>("witness", ()).await?;
+    witness.wait_until_suspended().await?;
+    clock.advance(DEADLINE + Duration::from_secs(60));
     within(limit, "the witness's timer", witness.result()).await??;
+    assert!(clock.now() > start + DEADLINE);
     within(limit, "quiet", async {
         while host.live_runs().await > 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;

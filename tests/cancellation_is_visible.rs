@@ -6,12 +6,14 @@
 mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use common::{Gate, within};
+use reel::testing::TestClock;
 use reel::{Ctx, Error, Event, Host, RunStatus, StartOptions, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
+const HOUR: Duration = Duration::from_secs(3600);
 
 fn kinds(events: &[Event]) -> Vec<&'static str> {
     events.iter().map(Event::kind).collect()
@@ -284,23 +286,25 @@ async fn a_handler_may_complete_after_a_cancel() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_deadline_cancels_it_across_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Patient)
-        .build()
-        .await?;
-    let options = StartOptions::default().timeout(Duration::from_millis(300));
+    let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    let open = || {
+        Host::builder()
+            .path(dir.path())
+            .clock(clock.clone())
+            .register(Patient)
+            .build()
+    };
+    let host = open().await?;
+    let options = StartOptions::default().timeout(HOUR);
     let run = host.start_with::<Patient>("d-1", (), options).await?;
     run.signal("tick", &1u32, "t1").await?;
     run.wait_until_suspended().await?;
     host.shutdown().await?;
 
-    // The deadline is in the store: a new host fires it (at once if it has passed).
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Patient)
-        .build()
-        .await?;
+    // The deadline is in the store: a new host fires it, at once as it has passed
+    // while no host ran.
+    clock.advance(2 * HOUR);
+    let host = open().await?;
     let run = host.handle::<Patient>("d-1");
     // Patient completes when cancelled: the deadline's cancel reached its handler.
     assert_eq!(within(LIMIT, "deadline", run.result()).await??, 1);

@@ -8,12 +8,15 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use common::{Counter, until_log, within};
+use reel::testing::TestClock;
 use reel::{Ctx, Error, Event, Host, RetryPolicy, RunStatus, StepError, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
+/// `Nap`'s sleep, on a `TestClock` the test moves.
+const NAP: Duration = Duration::from_secs(3600);
 
 static FIXED: AtomicBool = AtomicBool::new(false);
 
@@ -172,7 +175,7 @@ impl Workflow for Nap {
     type Input = ();
     type Output = String;
     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<String> {
-        ctx.sleep(Duration::from_millis(200)).await?;
+        ctx.sleep(NAP).await?;
         Ok("rested".to_owned())
     }
 }
@@ -202,8 +205,10 @@ impl Workflow for Parent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_rearms_pending_timers_and_refuses_to_adopt_children() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
+    let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     let host = Host::builder()
         .path(dir.path())
+        .clock(clock.clone())
         .register(Nap)
         .register(Kid)
         .register(Parent)
@@ -214,6 +219,9 @@ async fn a_fork_rearms_pending_timers_and_refuses_to_adopt_children() -> anyhow:
     within(LIMIT, "the nap", nap.wait_until_suspended()).await??;
     let end = nap.records().await?.len() as u64;
     let fork = host.fork("nap", end, "nap-2").await?;
+    within(LIMIT, "the fork's nap", fork.wait_until_suspended()).await??;
+    // Both timers come due: the fork's was armed again, or it would never wake.
+    clock.advance(NAP);
     assert_eq!(
         within(LIMIT, "the fork's result", fork.result::<String>()).await??,
         "rested"

@@ -2,7 +2,9 @@
 //! retry backoff of `Duration::MAX`, `sleep(2^62 s)`, `sleep(Duration::MAX)` and
 //! `sleep_until(epoch + 2^62 s)`. Each run is `Suspended` on its timer (the status
 //! names it), the due time in the log lies centuries ahead, and nothing fires, is
-//! retried or panics while the test watches. The runs are cancelled at the end.
+//! retried or panics while a `TestClock` moves ten years on (a witness timer due
+//! then fires: the timer service has handled every due time up to it). The runs
+//! are cancelled at the end.
 //!
 //! Why it fails without the fix: `RetryPolicy::backoff` feeds `2^64` seconds to
 //! `Duration::from_secs_f64`, which panics; the panic escapes the step (it is not the
@@ -17,12 +19,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::within;
-use reel::{Ctx, Event, Host, RetryPolicy, RunHandle, RunStatus, Workflow};
+use reel::testing::TestClock;
+use reel::{Clock, Ctx, Event, Host, HostBuilder, RetryPolicy, RunHandle, RunStatus, Workflow};
 use serde::{Deserialize, Serialize};
 
-const LIMIT: Duration = Duration::from_secs(3);
-/// How long the test watches for a timer that fires or a step retried too early.
-const WATCH: Duration = Duration::from_millis(300);
+const LIMIT: Duration = Duration::from_secs(10);
+/// How far the test moves the clock while it watches for a timer that fires or a
+/// step retried too early.
+const WATCH: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// "Far future": a century ahead, in ms.
 const CENTURY_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
@@ -74,11 +78,29 @@ impl Workflow for Sleeper {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
+fn now_ms(clock: &TestClock) -> u64 {
+    clock
+        .now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+fn builder(dir: &std::path::Path, clock: &TestClock) -> HostBuilder {
+    Host::builder()
+        .path(dir)
+        .clock(clock.clone())
+        .register(Sleeper)
+}
+
+/// Moves the clock `WATCH` on and returns once a witness timer due then has fired:
+/// the timer service fires in due order, so every earlier due time was handled.
+async fn watch(host: &Host, clock: &TestClock) -> anyhow::Result<()> {
+    let witness = host.start::<Sleeper>("witness", Nap::For(WATCH)).await?;
+    suspended(&witness).await?;
+    clock.advance(WATCH);
+    within(LIMIT, "the witness's timer", witness.result()).await??;
+    Ok(())
 }
 
 async fn suspended<W: Workflow>(run: &RunHandle<W>) -> anyhow::Result<String> {
@@ -96,8 +118,8 @@ async fn suspended<W: Workflow>(run: &RunHandle<W>) -> anyhow::Result<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backoff_of_duration_max_is_a_far_future_retry() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
+    let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    let host = builder(dir.path(), &clock)
         .register(HugeBackoff)
         .build()
         .await?;
@@ -105,7 +127,7 @@ async fn backoff_of_duration_max_is_a_far_future_retry() -> anyhow::Result<()> {
     let waiting_on = suspended(&run).await?;
     assert!(waiting_on.contains("charge"), "{waiting_on}");
 
-    tokio::time::sleep(WATCH).await;
+    watch(&host, &clock).await?;
     assert_eq!(
         run.status().await?,
         RunStatus::Suspended { waiting_on },
@@ -124,7 +146,7 @@ async fn backoff_of_duration_max_is_a_far_future_retry() -> anyhow::Result<()> {
     assert_eq!(failures.len(), 1, "{failures:?}");
     let retry_at = failures[0].expect("attempts are not exhausted: a retry is due");
     assert!(
-        retry_at > now_ms() + CENTURY_MS,
+        retry_at > now_ms(&clock) + CENTURY_MS,
         "retry due at {retry_at} ms, not in the far future"
     );
 
@@ -137,11 +159,8 @@ async fn backoff_of_duration_max_is_a_far_future_retry() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sleeps_beyond_the_millisecond_range_are_far_future_timers() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Sleeper)
-        .build()
-        .await?;
+    let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    let host = builder(dir.path(), &clock).build().await?;
     let naps = [
         ("sleep-2^62s", Nap::For(Duration::from_secs(1 << 62))),
         ("sleep-max", Nap::For(Duration::MAX)),
@@ -173,12 +192,12 @@ async fn sleeps_beyond_the_millisecond_range_are_far_future_timers() -> anyhow::
         }
     }
 
-    tokio::time::sleep(WATCH).await;
+    watch(&host, &clock).await?;
     for (run, status) in runs.iter().zip(statuses) {
         let Some(status) = status else { continue };
         let now = run.status().await?;
         if now != status {
-            problems.push(format!("{}: {now:?} after {WATCH:?}", run.id()));
+            problems.push(format!("{}: {now:?} after {WATCH:?} more", run.id()));
         }
         let events = run.events().await?;
         if events.iter().any(|e| matches!(e, Event::TimerFired { .. })) {
@@ -188,7 +207,7 @@ async fn sleeps_beyond_the_millisecond_range_are_far_future_timers() -> anyhow::
             Event::TimerScheduled { fire_at, .. } => Some(*fire_at),
             _ => None,
         }) {
-            Some(fire_at) if fire_at > now_ms() + CENTURY_MS => {}
+            Some(fire_at) if fire_at > now_ms(&clock) + CENTURY_MS => {}
             other => problems.push(format!(
                 "{}: timer due at {other:?} ms, not in the far future",
                 run.id()

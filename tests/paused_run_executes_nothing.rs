@@ -7,12 +7,19 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use common::{Counter, Gate, until_log, within};
+use reel::testing::TestClock;
 use reel::{Ctx, Error, Event, Host, RunStatus, StatusKind, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
+/// The timer of `TimerAndSignal`, on a `TestClock` the test moves.
+const NAP: Duration = Duration::from_secs(3600);
+
+fn clock() -> TestClock {
+    TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000))
+}
 
 /// Waits for a timer and a signal together, then runs a step.
 struct TimerAndSignal {
@@ -23,10 +30,7 @@ impl Workflow for TimerAndSignal {
     type Input = ();
     type Output = u32;
     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
-        let (_, x) = futures::try_join!(
-            ctx.sleep(Duration::from_millis(300)),
-            ctx.wait_for_signal::<u32>("x")
-        )?;
+        let (_, x) = futures::try_join!(ctx.sleep(NAP), ctx.wait_for_signal::<u32>("x"))?;
         let after = self.after.clone();
         ctx.step("after", move |_| {
             after.bump();
@@ -36,10 +40,13 @@ impl Workflow for TimerAndSignal {
     }
 }
 
-fn build(path: &std::path::Path, after: &Counter) -> reel::HostBuilder {
-    Host::builder().path(path).register(TimerAndSignal {
-        after: after.clone(),
-    })
+fn build(path: &std::path::Path, clock: &TestClock, after: &Counter) -> reel::HostBuilder {
+    Host::builder()
+        .path(path)
+        .clock(clock.clone())
+        .register(TimerAndSignal {
+            after: after.clone(),
+        })
 }
 
 fn position(events: &[Event], f: impl Fn(&Event) -> bool) -> usize {
@@ -54,7 +61,8 @@ async fn a_paused_run_records_wake_ups_across_a_restart_and_applies_them_on_resu
 -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let after = Counter::default();
-    let host = build(dir.path(), &after).build().await?;
+    let clock = clock();
+    let host = build(dir.path(), &clock, &after).build().await?;
     let run = host.start::<TimerAndSignal>("p1", ()).await?;
     within(LIMIT, "the run to wait", run.wait_until_suspended()).await??;
 
@@ -71,9 +79,10 @@ async fn a_paused_run_records_wake_ups_across_a_restart_and_applies_them_on_resu
     assert_eq!(run.status().await?, RunStatus::Paused);
     host.shutdown().await?;
 
-    // The timer comes due around the restart: the new host records it, and does not
-    // run the handler.
-    let host = build(dir.path(), &after).build().await?;
+    // The timer comes due while no host runs: the new host records it, and does
+    // not run the handler.
+    clock.advance(NAP);
+    let host = build(dir.path(), &clock, &after).build().await?;
     let run = host.handle::<TimerAndSignal>("p1");
     let events = until_log(&run, LIMIT, "the timer recorded while paused", |e| {
         e.iter().any(|e| matches!(e, Event::TimerFired { .. }))
@@ -194,7 +203,7 @@ async fn a_step_running_when_the_run_is_paused_finishes_and_is_recorded_once() -
 async fn a_paused_run_that_is_cancelled_ends_at_once() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let after = Counter::default();
-    let host = build(dir.path(), &after).build().await?;
+    let host = build(dir.path(), &clock(), &after).build().await?;
     let run = host.start::<TimerAndSignal>("c1", ()).await?;
     within(LIMIT, "the run to wait", run.wait_until_suspended()).await??;
     run.pause().await?;
@@ -237,7 +246,11 @@ impl Workflow for Quick {
 async fn pause_resume_and_retry_refuse_wrong_states_and_unknown_runs() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let after = Counter::default();
-    let host = build(dir.path(), &after).register(Quick).build().await?;
+    let clock = clock();
+    let host = build(dir.path(), &clock, &after)
+        .register(Quick)
+        .build()
+        .await?;
 
     let unknown = host.run("nope");
     for r in [
@@ -286,8 +299,9 @@ async fn pause_resume_and_retry_refuse_wrong_states_and_unknown_runs() -> anyhow
     assert_eq!(waiting.status().await?, RunStatus::Paused);
     assert_eq!(waiting.events().await?, before);
 
-    // Resumed on the same host, it goes on.
+    // Resumed on the same host, it goes on (its timer comes due meanwhile).
     waiting.signal("x", &1u32, "x-1").await?;
+    clock.advance(NAP);
     waiting.resume().await?;
     assert!(
         matches!(waiting.resume().await, Err(Error::InvalidState { ref state, .. })

@@ -5,24 +5,24 @@
 //! Why it fails without the fix: each wake-up replays the handler from the top, and
 //! on replay every branch whose event is in the log is ready at once, so `select`
 //! picks whichever branch it polls first, not the one that won live. Here the branch
-//! polled first is the one that lost live: (a) a signal beats a 300 ms timer, and
-//! once the abandoned timer has fired the replay returns `None` instead of
-//! `Some(7)`; (b) approval `approve` arrives before approval `reject`, and once
+//! polled first is the one that lost live: (a) a signal beats an hour's timer (on
+//! a `TestClock` the test moves past it), and once the abandoned timer has fired
+//! the replay returns `None` instead of `Some(7)`; (b) approval `approve` arrives before approval `reject`, and once
 //! `reject` is in the log the replay says "reject". No divergence is reported: the
 //! handler calls the same primitives, it just silently takes the other path.
 
 mod common;
 
 use std::pin::pin;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
-use common::{until_log, within};
+use common::{until_log, waits_on, within};
 use futures::future::{Either, select};
-use reel::testing::{self, Replayed};
-use reel::{Ctx, Event, Host, Workflow};
+use reel::testing::{self, Replayed, TestClock};
+use reel::{Clock, Ctx, Host, Workflow};
 
-const LIMIT: Duration = Duration::from_secs(3);
-const TIMEOUT_MS: u64 = 300;
+const LIMIT: Duration = Duration::from_secs(10);
+const TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// (a) A signal wait raced against a timer.
 struct SignalOrTimeout;
@@ -33,7 +33,7 @@ impl Workflow for SignalOrTimeout {
     type Output = Option<u32>;
 
     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<Option<u32>> {
-        let timeout = ctx.sleep(Duration::from_millis(TIMEOUT_MS));
+        let timeout = ctx.sleep(TIMEOUT);
         let signal = ctx.wait_for_signal::<u32>("x");
         // The timer is polled first: once both are in the log, poll order alone
         // would pick it.
@@ -70,29 +70,48 @@ impl Workflow for FirstDecision {
     }
 }
 
+/// Sleeps past `SignalOrTimeout`'s timer: the timer service fires timers in due
+/// order, so once this one has fired, the abandoned one was due and handled.
+struct Witness;
+
+impl Workflow for Witness {
+    const NAME: &'static str = "witness";
+    type Input = ();
+    type Output = ();
+
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<()> {
+        ctx.sleep(TIMEOUT + Duration::from_secs(1)).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_that_beat_a_timer_stays_the_winner() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
+    let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    let started = clock.now();
     let host = Host::builder()
         .path(dir.path())
+        .clock(clock.clone())
         .register(SignalOrTimeout)
+        .register(Witness)
         .build()
         .await?;
-    let started = tokio::time::Instant::now();
     let run = host.start::<SignalOrTimeout>("race-a", ()).await?;
+    let witness = host.start::<Witness>("witness", ()).await?;
+    within(LIMIT, "the race", run.wait_until_suspended()).await??;
     run.signal("x", &7u32, "x-1").await?;
+    until_log(&run, LIMIT, "the run to take `x`", |e| {
+        waits_on(e, "go") == 1
+    })
+    .await?;
 
-    // The scenario is wall-clock time passing: wait until the abandoned timer has
-    // fired (or, if the engine cancels abandoned timers, until it would have), so
-    // its wake-up replays the race with both branches in the log.
-    let _ = until_log(
-        &run,
-        Duration::from_millis(TIMEOUT_MS + 500),
-        "the abandoned timer to fire",
-        |events| events.iter().any(|e| matches!(e, Event::TimerFired { .. })),
-    )
-    .await;
-    assert!(started.elapsed() >= Duration::from_millis(TIMEOUT_MS));
+    // The scenario is time passing: move the clock past the timer and wait until
+    // the abandoned timer has fired (or, if the engine cancels abandoned timers,
+    // until it would have), so the next wake-up replays the race with both
+    // branches in the log.
+    clock.advance(TIMEOUT + Duration::from_secs(60));
+    within(LIMIT, "the witness's timer", witness.result()).await??;
+    assert!(clock.now() >= started + TIMEOUT);
     within(
         LIMIT,
         "the run to wait for `go`",

@@ -1,6 +1,7 @@
 //! A wake-up that resolves a wait preempts a step body that is still running: (a) a
-//! 50 ms timer wins a `select` against a step whose body blocks until the test lets
-//! it go, and (b) a signal sent while such a body runs wins a `select` against it.
+//! timer wins a `select` against a step whose body blocks until the test lets it
+//! go (the test moves a `TestClock` past the timer once the body runs), and (b) a
+//! signal sent while such a body runs wins a `select` against it.
 //! The losing body is dropped and never completes (no `StepCompleted`), and a full
 //! replay of the final log agrees.
 //!
@@ -15,17 +16,29 @@ mod common;
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
-use common::{Gate, within};
+use common::{Gate, until_log, within};
 use futures::future::{Either, select};
-use reel::testing::{self, Replayed};
+use reel::testing::{self, Replayed, TestClock};
 use reel::{Ctx, Event, Host, RunHandle, Workflow};
 
-const LIMIT: Duration = Duration::from_secs(3);
+const LIMIT: Duration = Duration::from_secs(10);
+const TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Opens its gate when dropped: a step body holds one, so the test knows when the
+/// body is gone (finished or dropped unfinished).
+struct OnDrop(&'static Gate);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
 
 static TIMER_BODY_STARTED: Gate = Gate::new();
 static TIMER_BODY_RELEASE: Gate = Gate::new();
+static TIMER_BODY_GONE: Gate = Gate::new();
 static TIMER_BODY_FINISHED: AtomicBool = AtomicBool::new(false);
 
 /// (a) A blocked step raced against a short timer.
@@ -38,12 +51,13 @@ impl Workflow for TimerVsStep {
 
     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<String> {
         let slow = ctx.step("slow", |_| async {
+            let _gone = OnDrop(&TIMER_BODY_GONE);
             TIMER_BODY_STARTED.open();
             TIMER_BODY_RELEASE.wait().await;
             TIMER_BODY_FINISHED.store(true, Ordering::SeqCst);
             Ok::<_, String>("done".to_owned())
         });
-        let timer = ctx.sleep(Duration::from_millis(50));
+        let timer = ctx.sleep(TIMEOUT);
         match select(pin!(slow), pin!(timer)).await {
             Either::Left((v, _)) => Ok(format!("step:{}", v?)),
             Either::Right((slept, _)) => {
@@ -56,6 +70,7 @@ impl Workflow for TimerVsStep {
 
 static SIGNAL_BODY_STARTED: Gate = Gate::new();
 static SIGNAL_BODY_RELEASE: Gate = Gate::new();
+static SIGNAL_BODY_GONE: Gate = Gate::new();
 static SIGNAL_BODY_FINISHED: AtomicBool = AtomicBool::new(false);
 
 /// (b) A blocked step raced against a signal.
@@ -68,6 +83,7 @@ impl Workflow for SignalVsStep {
 
     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<String> {
         let slow = ctx.step("slow", |_| async {
+            let _gone = OnDrop(&SIGNAL_BODY_GONE);
             SIGNAL_BODY_STARTED.open();
             SIGNAL_BODY_RELEASE.wait().await;
             SIGNAL_BODY_FINISHED.store(true, Ordering::SeqCst);
@@ -81,15 +97,16 @@ impl Workflow for SignalVsStep {
     }
 }
 
-/// Lets the held body go, gives it a moment, and checks it did not finish: its
-/// future was dropped when the race was decided.
+/// Lets the held body go, waits until it is gone, and checks it did not finish:
+/// its future was dropped when the race was decided.
 async fn assert_body_abandoned<W: Workflow>(
     run: &RunHandle<W>,
     release: &Gate,
+    gone: &Gate,
     finished: &AtomicBool,
 ) -> anyhow::Result<()> {
     release.open();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    within(LIMIT, "the step body to be gone", gone.wait()).await?;
     assert!(
         !finished.load(Ordering::SeqCst),
         "the losing step body went on after the race was decided"
@@ -107,12 +124,20 @@ async fn assert_body_abandoned<W: Workflow>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timer_wins_against_a_running_step() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
+    let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     let host = Host::builder()
         .path(dir.path())
+        .clock(clock.clone())
         .register(TimerVsStep)
         .build()
         .await?;
     let run = host.start::<TimerVsStep>("timer-race", ()).await?;
+    within(LIMIT, "the step body to start", TIMER_BODY_STARTED.wait()).await?;
+    until_log(&run, LIMIT, "the timer", |e| {
+        e.iter().any(|e| matches!(e, Event::TimerScheduled { .. }))
+    })
+    .await?;
+    clock.advance(TIMEOUT);
 
     let out = within(
         LIMIT,
@@ -129,7 +154,13 @@ async fn timer_wins_against_a_running_step() -> anyhow::Result<()> {
     );
     assert_eq!(out, "timeout");
 
-    assert_body_abandoned(&run, &TIMER_BODY_RELEASE, &TIMER_BODY_FINISHED).await?;
+    assert_body_abandoned(
+        &run,
+        &TIMER_BODY_RELEASE,
+        &TIMER_BODY_GONE,
+        &TIMER_BODY_FINISHED,
+    )
+    .await?;
     let events = run.events().await?;
     assert_eq!(
         testing::replay(TimerVsStep, &events).await?,
@@ -161,7 +192,13 @@ async fn signal_wins_against_a_running_step() -> anyhow::Result<()> {
     SIGNAL_BODY_RELEASE.open();
     assert_eq!(out??, "signal:now");
 
-    assert_body_abandoned(&run, &SIGNAL_BODY_RELEASE, &SIGNAL_BODY_FINISHED).await?;
+    assert_body_abandoned(
+        &run,
+        &SIGNAL_BODY_RELEASE,
+        &SIGNAL_BODY_GONE,
+        &SIGNAL_BODY_FINISHED,
+    )
+    .await?;
     let events = run.events().await?;
     assert_eq!(
         testing::replay(SignalVsStep, &events).await?,

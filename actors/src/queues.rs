@@ -1,7 +1,8 @@
 //! Queues' admission state, in memory: which runs wait (by priority, then order
-//! of start), which were admitted and have not ended, the de-duplication keys held,
-//! and the admissions inside the rate window. Synchronous and side-effect free: the
-//! core (`core/queueing.rs`) writes the admissions and activates the runs.
+//! of start), which were admitted and have not ended, which failed to be admitted
+//! and wait for a retry, the de-duplication keys held, and the admissions inside
+//! the rate window. Synchronous and side-effect free: the core
+//! (`core/queueing.rs`) writes the admissions and activates the runs.
 //!
 //! What is durable is each run's metadata ([`RunMeta::queue`], the
 //! [`RunState::Enqueued`] state): recovery rebuilds this state from the unfinished
@@ -54,6 +55,11 @@ struct Queue {
     keys: HashMap<String, Arc<str>>,
     /// The key a run holds.
     key_of: HashMap<Arc<str>, String>,
+    /// Runs whose admission failed, set aside until their retry puts them back in
+    /// `pending` (they hold neither a place nor a slot meanwhile).
+    aside: HashSet<Arc<str>>,
+    /// Failed admissions of a run in a row (its retry waits longer each time).
+    failures: HashMap<Arc<str>, u32>,
     /// Admission times (Unix ms) inside the rate window, oldest first.
     admitted: VecDeque<u64>,
     next_order: u64,
@@ -62,6 +68,12 @@ struct Queue {
 }
 
 impl Queue {
+    /// Forgets a run's failed admissions.
+    fn forget_failures(&mut self, run_id: &str) {
+        self.aside.remove(run_id);
+        self.failures.remove(run_id);
+    }
+
     fn forget_key(&mut self, run_id: &str) {
         if let Some(key) = self.key_of.remove(run_id)
             && self.keys.get(&key).is_some_and(|r| &**r == run_id)
@@ -258,6 +270,48 @@ impl Queues {
         }
     }
 
+    /// The admission of a run taken by [`Queues::take`] failed (or the retry of
+    /// one could not read the run): frees its slot and sets it aside, keeping its
+    /// key, until [`Queues::requeue`]. Returns how many admissions of the run failed
+    /// in a row, or `None` if the run is not the queue's any more (it ended, or
+    /// another host owns it now).
+    pub(crate) fn admission_failed(&self, queue: &str, run_id: &str) -> Option<u32> {
+        let mut queues = self.lock();
+        let q = queues.get_mut(queue)?;
+        let run: Arc<str> = q
+            .running
+            .take(run_id)
+            .or_else(|| q.aside.get(run_id).cloned())?;
+        q.aside.insert(run.clone());
+        let failures = q.failures.entry(run).or_default();
+        *failures = failures.saturating_add(1);
+        Some(*failures)
+    }
+
+    /// A run set aside by [`Queues::admission_failed`] and still enqueued waits for
+    /// admission again, in its place (`entry`). Returns false if it is not aside
+    /// any more (it ended meanwhile).
+    pub(crate) fn requeue(&self, run_id: &str, entry: &QueueEntry) -> bool {
+        let mut queues = self.lock();
+        let Some(q) = queues.get_mut(&entry.name) else {
+            return false;
+        };
+        let Some(run) = q.aside.take(run_id) else {
+            return false;
+        };
+        q.places.insert(run.clone(), (entry.priority, entry.order));
+        q.pending.insert((entry.priority, entry.order, run));
+        true
+    }
+
+    /// A run set aside turned out to be admitted after all: it is no longer
+    /// retried.
+    pub(crate) fn not_aside(&self, queue: &str, run_id: &str) {
+        if let Some(q) = self.lock().get_mut(queue) {
+            q.forget_failures(run_id);
+        }
+    }
+
     /// A run of the queue ended (or left it without being admitted): frees its
     /// place, its slot and its key. Returns whether anything was freed.
     pub(crate) fn ended(&self, queue: &str, run_id: &str) -> bool {
@@ -271,6 +325,7 @@ impl Queues {
             freed = true;
         }
         q.forget_key(run_id);
+        q.forget_failures(run_id);
         freed
     }
 
@@ -283,6 +338,7 @@ impl Queues {
                 .running
                 .iter()
                 .chain(q.places.keys())
+                .chain(q.aside.iter())
                 .filter(|r| gone(r))
                 .cloned()
                 .collect();
@@ -292,6 +348,7 @@ impl Queues {
                     q.pending.remove(&(priority, order, run.clone()));
                 }
                 q.forget_key(run);
+                q.forget_failures(run);
             }
             if !runs.is_empty() {
                 freed.push(name.clone());
@@ -347,6 +404,40 @@ mod tests {
         assert!(qs.ended("q", "a"));
         assert_eq!(names(&qs.take("q", 0)), ["c"]);
         assert_eq!(qs.sizes("q"), (0, 2));
+    }
+
+    #[test]
+    fn a_failed_admission_frees_the_slot_and_the_run_comes_back_in_its_place() {
+        let qs = queues(QueueLimits {
+            concurrency: Some(1),
+            rate_limit: None,
+        });
+        let key = "k".to_owned();
+        let order = qs.reserve("q", "a", Some(&key)).unwrap();
+        let a = QueueEntry {
+            name: "q".to_owned(),
+            priority: 0,
+            order,
+            dedup_key: Some(key.clone()),
+        };
+        qs.enqueued("a", &a);
+        enqueue(&qs, "b", 0);
+        enqueue(&qs, "c", 0);
+        assert_eq!(names(&qs.take("q", 0)), ["a"]);
+        assert_eq!(qs.admission_failed("q", "a"), Some(1));
+        // Aside, `a` keeps its key but not its slot.
+        assert!(qs.reserve("q", "x", Some(&key)).is_err());
+        assert_eq!(names(&qs.take("q", 0)), ["b"]);
+        assert!(qs.ended("q", "b"));
+        assert!(qs.requeue("a", &a));
+        assert_eq!(names(&qs.take("q", 0)), ["a"]);
+        assert_eq!(qs.admission_failed("q", "a"), Some(2));
+        // Ended while aside (cancelled): not put back, its key free.
+        assert!(!qs.ended("q", "a"));
+        assert!(!qs.requeue("a", &a));
+        assert_eq!(qs.admission_failed("q", "a"), None);
+        qs.reserve("q", "x", Some(&key)).unwrap();
+        assert_eq!(names(&qs.take("q", 0)), ["c"]);
     }
 
     #[test]

@@ -16,8 +16,11 @@ use crate::ctx::millis;
 use crate::{Error, Result};
 
 /// A firing handled within this long after its time (and its jitter) is on time;
-/// later, it was missed and the catch-up policy decides.
-const ON_TIME_MS: u64 = 1000;
+/// later, it was missed and the catch-up policy decides. Wide enough that a slow
+/// pass, or a pass retried every [`RETRY_MS`] through a storage error of up to a
+/// minute, still fires what came due meanwhile (`CatchUp::None` would drop it);
+/// Temporal's smallest catch-up window is 10 s.
+const ON_TIME_MS: u64 = 60_000;
 /// How soon a pass that failed (a storage error) is tried again.
 const RETRY_MS: u64 = 1000;
 

@@ -6,6 +6,8 @@
 //! start order (`crate::queues`), records each as running and begins its handler.
 //! It runs after each enqueue, after each end of one of the queue's runs, at
 //! start-up, and when the rate window has room again (a wait on the host's clock).
+//! A run whose admission fails (a storage error) gives its slot to the runs behind
+//! it and is admitted again, in its place, after a backoff on the host's clock.
 
 use super::*;
 use crate::message::Admit;
@@ -101,18 +103,69 @@ impl Core {
         futures::future::join_all(admits).await;
     }
 
-    /// A run taken for admission could not be admitted: one that is no longer
-    /// enqueued (cancelled meanwhile) keeps or frees its slot as its state says;
-    /// one still enqueued frees the slot so the queue does not stall on it.
+    /// A run taken for admission could not be admitted. One admitted after all (or
+    /// paused or parked since) keeps its slot; one that ended frees it; one still
+    /// enqueued (or whose state cannot be read now) frees its slot for the runs
+    /// behind it and is admitted again after a backoff, in its place.
     async fn admission_failed(&self, queue: &str, run_id: &str, error: ActorError) {
-        let meta = self.meta(run_id).await.ok().flatten();
-        match meta.map(|m| m.state) {
-            Some(state) if !state.is_finished() && state != RunState::Enqueued => {}
-            Some(RunState::Enqueued) => {
-                tracing::warn!(run_id, queue, %error, "reel: could not admit a queued run; it waits for the next host");
-                self.queue_ended(queue, run_id);
+        match self.meta(run_id).await {
+            Ok(Some(m)) if m.state.is_finished() => self.queue_ended(queue, run_id),
+            Ok(None) => self.queue_ended(queue, run_id),
+            Ok(Some(m)) if m.state != RunState::Enqueued => self.queues.not_aside(queue, run_id),
+            Ok(Some(_)) | Err(_) => self.retry_admission(queue, run_id, &error),
+        }
+    }
+
+    /// Sets a run whose admission failed aside: its slot goes to the next run now,
+    /// and it waits for admission again after [`admission_backoff`] on the host's
+    /// clock.
+    fn retry_admission(&self, queue: &str, run_id: &str, error: &ActorError) {
+        let Some(failures) = self.queues.admission_failed(queue, run_id) else {
+            return;
+        };
+        let delay = admission_backoff(failures);
+        tracing::warn!(run_id, queue, %error, failures, retry_in = ?delay, "reel: could not admit a queued run; retrying");
+        self.admit_later(queue.to_owned(), self.activity.enter());
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        let weak = Arc::downgrade(&core);
+        let at = core
+            .options
+            .clock
+            .now_ms()
+            .saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+        let sleep = core.options.clock.sleep_until(reel_storage::from_ms(at));
+        drop(core);
+        let (queue, run_id) = (queue.to_owned(), run_id.to_owned());
+        // Ends with the host (the weak reference) or after one retry.
+        tokio::spawn(async move {
+            sleep.await;
+            let Some(core) = weak.upgrade() else { return };
+            let _busy = core.activity.enter();
+            core.readmit(&queue, &run_id).await;
+        });
+    }
+
+    /// Puts a run set aside back in its place if it is still enqueued, and admits
+    /// what the queue allows.
+    async fn readmit(&self, queue: &str, run_id: &str) {
+        if self.is_closing() {
+            return;
+        }
+        match self.meta(run_id).await {
+            Ok(Some(RunMeta {
+                state: RunState::Enqueued,
+                queue: Some(entry),
+                ..
+            })) if entry.name == queue => {
+                if self.queues.requeue(run_id, &entry) {
+                    self.admit(queue).await;
+                }
             }
-            _ => self.queue_ended(queue, run_id),
+            Ok(Some(m)) if !m.state.is_finished() => self.queues.not_aside(queue, run_id),
+            Ok(_) => self.queue_ended(queue, run_id),
+            Err(e) => self.retry_admission(queue, run_id, &e),
         }
     }
 
@@ -137,4 +190,11 @@ impl Core {
             self.admit_later(queue.to_owned(), self.activity.enter());
         }
     }
+}
+
+/// How long a run whose admission failed `failures` times in a row waits before it
+/// is tried again: 100 ms, doubling up to a minute.
+fn admission_backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(10);
+    (Duration::from_millis(100) * (1u32 << doublings)).min(Duration::from_secs(60))
 }
