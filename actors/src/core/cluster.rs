@@ -50,6 +50,22 @@ impl Core {
         Ok(())
     }
 
+    /// Wakes the owner of a run this host can no longer write to. A bare task: one
+    /// post (a lost one leaves the run to the owner's scan, as before); refused
+    /// once the host is gone.
+    pub(crate) fn hand_over(&self, run_id: &str) {
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        let run_id = run_id.to_owned();
+        tokio::spawn(async move {
+            let wake = Some(Mail::Wake { timers: Vec::new() });
+            if let Err(e) = core.post(&run_id, wake).await {
+                tracing::warn!(run_id, error = %e, "reel: could not wake the run's new owner");
+            }
+        });
+    }
+
     /// Starts the lease and inbox tasks of a host that shares its store.
     pub(super) fn join_cluster(&self) {
         let Some(cluster) = self.cluster() else {
