@@ -109,8 +109,9 @@ pub struct Core {
     /// that ended late but started early cannot keep a pass from the ones after.
     retention_cursors: Mutex<HashMap<reel_storage::StatusKind, reel_storage::listing::ListCursor>>,
     closing: AtomicBool,
-    /// Held while the inbox is read (`cluster`): one reader at a time.
-    inbox: tokio::sync::Mutex<()>,
+    /// Whose turn it is to read the inbox (`cluster`): one reader at a time, told
+    /// to read again when asked meanwhile.
+    inbox: cluster::InboxTurn,
     /// Work in flight (busy executions, deliveries, firing timers), watched by a
     /// clock that moves when the host is idle.
     pub(crate) activity: Arc<reel_storage::Activity>,

@@ -57,6 +57,10 @@ pub(crate) trait RunHost: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), ActorError>>;
     /// Removes the run's live entry if it is still the actor `actor`.
     fn retire<'a>(&'a self, run_id: &'a str, actor: ActorId) -> BoxFuture<'a, ()>;
+    /// Another host owns the run now (a write of its actor was refused): wake the
+    /// owner with a letter, in the background, in case its scan of the partition
+    /// came before the run's last change here.
+    fn hand_over(&self, run_id: &str);
 
     // ---- handlers, through `Services` ----
 

@@ -11,7 +11,11 @@
 //! its partition's row `FOR KEY SHARE` where `owner` is this host: a takeover waits
 //! for (skips) a write under way, and a write after a takeover finds another owner
 //! and is refused with [`StorageError::NotOwner`]. Creating a run needs no lease:
-//! the sequence check on the new log decides, and the creator posts a wake-up.
+//! the sequence check on the new log decides. Its partition's row is locked all
+//! the same, and when the creator does not hold it the transaction posts a
+//! wake-up to the owner's inbox (whether or not the creator knew it was not the
+//! owner), so a run is never created where neither its creator nor the owner's
+//! last scan of the partition sees it.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
@@ -304,18 +308,22 @@ impl Cluster for PgStore {
     }
 
     fn letters(&self, partitions: &BTreeSet<u16>, limit: usize) -> Result<Vec<Letter>> {
+        let me = self.membership()?.config.host_id.clone();
         let parts = parts_sql(partitions);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.block(move |c| async move {
+            // Only partitions the database says this host holds: a host that has not
+            // yet heard that a partition was taken from it leaves its mail alone.
             let rows = c
                 .query(
                     &stmt(
                         &c,
-                        "SELECT id, run_id, mail FROM reel_inbox WHERE part = ANY($1) \
-                         ORDER BY id LIMIT $2",
+                        "SELECT i.id, i.run_id, i.mail FROM reel_inbox i \
+                         JOIN reel_leases l ON l.part = i.part AND l.owner = $3 \
+                         WHERE i.part = ANY($1) ORDER BY i.id LIMIT $2",
                     )
                     .await?,
-                    &[&parts, &limit],
+                    &[&parts, &limit, &me],
                 )
                 .await
                 .map_err(|e| pg_err(&e))?;
@@ -331,11 +339,18 @@ impl Cluster for PgStore {
     }
 
     fn ack(&self, ids: &[i64]) -> Result<()> {
+        let me = self.membership()?.config.host_id.clone();
         let ids = ids.to_vec();
         self.block(move |c| async move {
-            c.execute("DELETE FROM reel_inbox WHERE id = ANY($1)", &[&ids])
-                .await
-                .map_err(|e| pg_err(&e))?;
+            // Letters of a partition taken from this host since they were read stay
+            // for the new owner (what was applied here may have been refused).
+            c.execute(
+                "DELETE FROM reel_inbox i USING reel_leases l \
+                 WHERE i.id = ANY($1) AND l.part = i.part AND l.owner = $2",
+                &[&ids, &me],
+            )
+            .await
+            .map_err(|e| pg_err(&e))?;
             Ok(())
         })
     }

@@ -33,6 +33,9 @@ pub(crate) struct Encoded {
     durable: bool,
     /// Encoded mail for the run's owner (`reel_inbox`).
     mail: Option<Vec<u8>>,
+    /// For a creation without mail: the wake-up (with the run's timers) posted
+    /// instead when the writer turns out not to lease the run's partition.
+    wake: Option<Vec<u8>>,
 }
 
 impl Encoded {
@@ -59,8 +62,21 @@ impl Encoded {
             Some(m) => Some((m.encode()?, m.state.is_finished(), MetaRow::of(m))),
             None => None,
         };
+        let creates = append.expected_seq == Some(0) && !append.events.is_empty();
+        let wake = if creates && append.mail.is_none() {
+            let timers = append
+                .add_timers
+                .iter()
+                .filter(|t| t.run_id == append.run_id)
+                .map(|t| (t.fire_at, t.timer_id.clone()))
+                .collect();
+            Some(reel_storage::Mail::Wake { timers }.encode()?)
+        } else {
+            None
+        };
         Ok(Encoded {
             records,
+            wake,
             meta,
             add_timers: append
                 .add_timers
@@ -198,13 +214,27 @@ impl Encoded {
     fn creates(&self) -> bool {
         self.expected_seq == Some(0) && !self.records.is_empty()
     }
+
+    /// The mail this append posts: its own, or, for a creation in a partition the
+    /// writer does not lease, a wake-up for the owner. A host that still believes
+    /// it owns a partition taken over creates the run without mail; the new owner
+    /// may have scanned the partition already, so without this nobody would run it.
+    fn mail_to_post(&self, leased: bool) -> Option<&[u8]> {
+        match (&self.mail, &self.wake) {
+            (Some(mail), _) => Some(mail),
+            (None, Some(wake)) if !leased => Some(wake),
+            _ => None,
+        }
+    }
 }
 
 /// Writes `appends` in one transaction. Appends whose expected sequence number does
 /// not match get a conflict in their slot of the answer and are left out; so do
 /// appends to runs of partitions this host does not lease, when it is one of
-/// several (`fence` is its host id): they get [`StorageError::NotOwner`]. The error
-/// is for the transaction as a whole.
+/// several (`fence` is its host id): they get [`StorageError::NotOwner`]. A
+/// creation needs no lease, but the lease of its partition is checked (and locked)
+/// all the same: one this host does not hold gets a wake-up posted to the owner
+/// (`Encoded::mail_to_post`). The error is for the transaction as a whole.
 async fn write(
     client: &mut Object,
     appends: &[&Encoded],
@@ -225,11 +255,7 @@ async fn write(
     };
     let fenced: Vec<i16> = match fence {
         Some(_) => {
-            let mut parts: Vec<i16> = appends
-                .iter()
-                .filter(|a| !a.creates())
-                .map(|a| partition_of(&a.run_id))
-                .collect();
+            let mut parts: Vec<i16> = appends.iter().map(|a| partition_of(&a.run_id)).collect();
             parts.sort_unstable();
             parts.dedup();
             parts
@@ -253,7 +279,9 @@ async fn write(
     let mut mails: Vec<(i16, &str, &[u8])> = Vec::new();
     for a in appends {
         let part = partition_of(&a.run_id);
-        if fence.is_some() && !a.creates() && !leased.contains(&part) {
+        // One host alone (no fence) owns every partition.
+        let owned = fence.is_none() || leased.contains(&part);
+        if !owned && !a.creates() {
             outcomes.push(Err(StorageError::NotOwner {
                 run_id: a.run_id.clone(),
                 partition: u16::try_from(part).unwrap_or(0),
@@ -281,8 +309,8 @@ async fn write(
         if let Some(meta) = &a.meta {
             metas.insert(a.run_id.as_str(), meta);
         }
-        if let Some(mail) = &a.mail {
-            mails.push((part, a.run_id.as_str(), mail.as_slice()));
+        if let Some(mail) = a.mail_to_post(owned) {
+            mails.push((part, a.run_id.as_str(), mail));
         }
         for key in &a.remove_timers {
             timers.insert(key.as_slice(), None);

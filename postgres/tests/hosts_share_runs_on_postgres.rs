@@ -328,6 +328,29 @@ async fn step_that_ends_after_its_lease_was_lost_is_not_recorded() -> anyhow::Re
         "{:?}",
         run.status().await?
     );
+    // The refused host woke the owner: a wake-up waits in its inbox.
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    let task = tokio::spawn(conn);
+    loop {
+        let wakes = client
+            .query("SELECT mail FROM reel_inbox WHERE run_id = 'gated-1'", &[])
+            .await?
+            .iter()
+            .filter(|r| {
+                matches!(
+                    reel_storage::Mail::decode(r.get(0)),
+                    Ok(reel_storage::Mail::Wake { .. })
+                )
+            })
+            .count();
+        if wakes > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the owner was never woken");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(client);
+    let _ = task.await;
     // Once the partition is free again, the run goes on here: the step was not
     // recorded, so it runs again (at least once), and the run completes.
     support::execute(

@@ -190,13 +190,15 @@ pub trait Cluster: Send + Sync {
     /// [`StorageError::InvalidRunId`], I/O.
     fn post(&self, run_id: &str, mail: &Mail) -> Result<()>;
 
-    /// Up to `limit` letters for runs of `partitions`, oldest first. Blocks.
+    /// Up to `limit` letters for runs of `partitions`, oldest first; only of those
+    /// partitions the backend (not this host's last renewal) says it holds. Blocks.
     ///
     /// # Errors
     /// I/O.
     fn letters(&self, partitions: &BTreeSet<u16>, limit: usize) -> Result<Vec<Letter>>;
 
-    /// Removes handled letters. Blocks.
+    /// Removes handled letters, but not those of a partition this host no longer
+    /// holds: they stay for its new owner. Blocks.
     ///
     /// # Errors
     /// I/O.

@@ -21,9 +21,10 @@ mod listing;
 mod schedules;
 
 pub use cluster::{
-    ClusterBackend, a_closed_member_gives_its_leases_back, inbox_carries_mail_to_the_owner,
-    leases_are_exclusive_and_shared, mail_travels_with_a_creation, run_cluster_checks,
-    writes_need_the_lease,
+    ClusterBackend, a_closed_member_gives_its_leases_back,
+    a_creation_without_the_lease_wakes_the_owner, inbox_carries_mail_to_the_owner,
+    leases_are_exclusive_and_shared, mail_stays_for_the_owner, mail_travels_with_a_creation,
+    run_cluster_checks, writes_need_the_lease,
 };
 pub use listing::listing_pages_and_counts;
 pub use schedules::schedules_swap_atomically;

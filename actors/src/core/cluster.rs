@@ -2,8 +2,8 @@
 //! the runs of the partitions it leases. A lease task renews the leases, recovers
 //! the runs of partitions gained (as start-up recovery does for a whole store) and
 //! stops the runs of partitions lost or given back; an inbox task applies the mail
-//! other hosts post for runs owned here, woken by the backend's notices with a
-//! poll as the fallback, and wakes local `result()` waiters (and watchers of
+//! other hosts post for runs owned here, woken by the backend's notices and by a
+//! periodic poll (notices can be lost), and wakes local `result()` waiters (and watchers of
 //! logs) when another host changed a run.
 
 use std::collections::BTreeSet;
@@ -20,8 +20,49 @@ const LETTERS: usize = 256;
 /// Runs whose letters are applied at once.
 const APPLY_AT_ONCE: usize = 64;
 
-/// How often the inbox is read when no notice arrives (notices can be lost).
+/// How often the inbox (and what other hosts changed) is read whatever the notices
+/// say: notices can be lost.
 const INBOX_POLL: Duration = Duration::from_secs(1);
+
+/// Whose turn it is to read the inbox. A drain asked for while another is under
+/// way is not dropped: the one under way reads again before it ends (a letter
+/// may have landed after its last read).
+#[derive(Debug, Default)]
+pub(crate) struct InboxTurn {
+    /// (a drain is under way, it must read again)
+    state: Mutex<(bool, bool)>,
+}
+
+impl InboxTurn {
+    /// The turn, or `None` when a drain is under way (which now reads again).
+    fn take(&self) -> Option<Turn<'_>> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.0 {
+            state.1 = true;
+            return None;
+        }
+        *state = (true, false);
+        Some(Turn(self))
+    }
+}
+
+/// A drain's turn; dropping it (a drain cut short too) ends the turn.
+struct Turn<'a>(&'a InboxTurn);
+
+impl Turn<'_> {
+    /// Whether someone asked for a drain since the last read: then the turn goes
+    /// on, and the caller reads again.
+    fn again(&self) -> bool {
+        let mut state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut state.1)
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.0.state.lock().unwrap_or_else(|p| p.into_inner()) = (false, false);
+    }
+}
 
 impl Core {
     fn cluster(&self) -> Option<&dyn Cluster> {
@@ -50,6 +91,22 @@ impl Core {
         Ok(())
     }
 
+    /// Wakes the owner of a run this host can no longer write to. A bare task: one
+    /// post (a lost one leaves the run to the owner's scan, as before); refused
+    /// once the host is gone.
+    pub(crate) fn hand_over(&self, run_id: &str) {
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        let run_id = run_id.to_owned();
+        tokio::spawn(async move {
+            let wake = Some(Mail::Wake { timers: Vec::new() });
+            if let Err(e) = core.post(&run_id, wake).await {
+                tracing::warn!(run_id, error = %e, "reel: could not wake the run's new owner");
+            }
+        });
+    }
+
     /// Starts the lease and inbox tasks of a host that shares its store.
     pub(super) fn join_cluster(&self) {
         let Some(cluster) = self.cluster() else {
@@ -70,28 +127,36 @@ impl Core {
         });
         let weak = self.me.clone();
         tokio::spawn(async move {
+            // A real period, whatever the notices do: under a steady stream of them
+            // the poll still runs (the select picks among ready branches at random).
+            let mut poll =
+                tokio::time::interval_at(tokio::time::Instant::now() + INBOX_POLL, INBOX_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                let notice = tokio::time::timeout(INBOX_POLL, notices.recv()).await;
+                let notice = tokio::select! {
+                    notice = notices.recv() => Some(notice),
+                    _ = poll.tick() => None,
+                };
                 let Some(core) = weak.upgrade().filter(|c| !c.is_closing()) else {
                     return;
                 };
                 match notice {
                     // A run owned here tells its waiters itself.
-                    Ok(Ok(Notice::Changed(run_id))) => {
+                    Some(Ok(Notice::Changed(run_id))) => {
                         if core.owned_elsewhere(&run_id) {
                             core.notify_changed(&run_id, None);
                             core.follow_remote_logs(Some(run_id)).await;
                         }
                     }
-                    Ok(Ok(Notice::Mail(part))) => {
+                    Some(Ok(Notice::Mail(part))) => {
                         if core.cluster().is_some_and(|c| c.holds(part)) {
                             core.drain_inbox().await;
                         }
                     }
-                    Ok(Err(RecvError::Closed)) => return,
-                    // Missed notices, or none for a while: read everything again
-                    // (what runs owned here do, they tell themselves).
-                    Ok(Ok(Notice::Missed) | Err(RecvError::Lagged(_))) | Err(_) => {
+                    Some(Err(RecvError::Closed)) => return,
+                    // Missed notices, or the poll: read everything again (what
+                    // runs owned here do, they tell themselves).
+                    Some(Ok(Notice::Missed) | Err(RecvError::Lagged(_))) | None => {
                         for run_id in core.waiters.runs() {
                             if core.owned_elsewhere(&run_id) {
                                 core.notify_changed(&run_id, None);
@@ -235,10 +300,20 @@ impl Core {
 
     /// Applies the mail other hosts posted for runs owned here, oldest first.
     pub(crate) async fn drain_inbox(&self) {
-        let Ok(_one) = self.inbox.try_lock() else {
-            // Another drain is under way and reads what is there now.
+        let Some(turn) = self.inbox.take() else {
+            // Another drain is under way: it reads again before it ends.
             return;
         };
+        loop {
+            self.drain_once().await;
+            if !turn.again() || self.is_closing() {
+                return;
+            }
+        }
+    }
+
+    /// Reads the inbox until it is empty (or a read fails).
+    async fn drain_once(&self) {
         loop {
             let store = self.store.clone();
             let letters = blocking(move || match store.cluster() {
@@ -350,5 +425,22 @@ impl Core {
             (s, _) if s.is_finished() => Ok(()),
             _ => self.deliver(run_id, Resume).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InboxTurn;
+
+    #[test]
+    fn a_drain_asked_for_during_a_drain_reads_again() {
+        let turn = InboxTurn::default();
+        let first = turn.take().expect("the first drain has the turn");
+        assert!(!first.again(), "nobody asked meanwhile");
+        assert!(turn.take().is_none(), "one drain at a time");
+        assert!(first.again(), "asked meanwhile: read again");
+        assert!(!first.again(), "once");
+        drop(first);
+        assert!(turn.take().is_some(), "the turn is free again");
     }
 }

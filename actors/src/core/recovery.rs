@@ -82,7 +82,7 @@ impl Core {
                 log_watchers,
                 retention_cursors: Default::default(),
                 closing: AtomicBool::new(false),
-                inbox: tokio::sync::Mutex::new(()),
+                inbox: cluster::InboxTurn::default(),
                 activity: activity.clone(),
                 me: me.clone(),
             }

@@ -79,6 +79,10 @@ impl RunHost for Core {
         Box::pin(Core::retire(self, run_id, actor))
     }
 
+    fn hand_over(&self, run_id: &str) {
+        Core::hand_over(self, run_id);
+    }
+
     fn start_child(&self, call: ChildCall) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             if is_detached(&call.link.wait_id) {

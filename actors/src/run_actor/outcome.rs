@@ -2,7 +2,7 @@
 //! run's end (completed, failed, cancelled, continued as new), a suspension, a
 //! park; begin again after a pause; crash (the supervisor restarts the run from
 //! disk) when the handler panicked or the end could not be recorded; stop quietly
-//! when another host owns the run now.
+//! when another host owns the run now (waking that host).
 
 use kameo::message::{Context, Message};
 use reel_storage::{Event, RunState, StorageError};
@@ -119,9 +119,12 @@ impl Message<ExecReport> for RunActor {
             })),
         };
         if let Err(ActorError::Storage(StorageError::NotOwner { .. })) = result {
-            // Another host owns the run now: it runs it from its log.
+            // Another host owns the run now: it runs it from its log, woken by a
+            // letter (its scan of the partition may have come before this run
+            // existed, or before the change this execution started from).
             tracing::info!(run_id = %self.run_id, "reel: run taken over by another host; stopping it here");
             self.retire(ctx).await;
+            self.host.hand_over(&self.run_id);
             return;
         }
         if let Err(e) = result {
