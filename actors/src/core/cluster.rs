@@ -75,6 +75,19 @@ impl Core {
             .is_some_and(|c| !c.holds(partition_of(run_id)))
     }
 
+    /// Whether this host is the one to act on `key` (a schedule id, hashed into a
+    /// partition like a run id): always on a store of its own; on a shared store,
+    /// when it leases the key's partition, so that one host fires each schedule.
+    pub fn leads(&self, key: &str) -> bool {
+        !self.owned_elsewhere(key)
+    }
+
+    /// How often a host sharing its store must look again at what it leads
+    /// (partitions come and go with their leases); `None` on a store of its own.
+    pub fn lead_recheck(&self) -> Option<Duration> {
+        self.cluster().map(|c| (c.lease_ttl() / 3).max(Duration::from_millis(100)))
+    }
+
     /// Posts `mail` to the owner of the run; `None` (what only an owner does) is
     /// dropped.
     pub(crate) async fn post(&self, run_id: &str, mail: Option<Mail>) -> Result<(), ActorError> {
