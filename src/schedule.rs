@@ -214,12 +214,10 @@ impl Host {
         let scheduler = self.scheduler_ref();
         let _lock = scheduler.lock().await;
         let store = self.core().store().clone();
-        let key = id.to_owned();
-        if blocking(move || store.get_schedule(&key)).await?.is_some() {
+        // One check-and-create for every host sharing the store.
+        if !blocking(move || store.swap_schedule(None, &record)).await? {
             return Err(Error::ScheduleExists(id.to_owned()));
         }
-        let store = self.core().store().clone();
-        blocking(move || store.put_schedule(&record)).await?;
         scheduler.wake();
         Ok(())
     }
@@ -237,11 +235,12 @@ impl Host {
         spec: ScheduleSpec,
         input: W::Input,
     ) -> Result<()> {
-        let mut record = self.schedule_record::<W>(id, &spec, &input)?;
+        let record = self.schedule_record::<W>(id, &spec, &input)?;
         self.change_schedule(id, move |old| {
-            record.paused = old.paused;
-            record.last_run = old.last_run.take();
-            *old = record;
+            let mut new = record.clone();
+            new.paused = old.paused;
+            new.last_run = old.last_run.take();
+            *old = new;
             Ok(())
         })
         .await
@@ -342,18 +341,25 @@ impl Host {
     async fn change_schedule(
         &self,
         id: &str,
-        change: impl FnOnce(&mut ScheduleRecord) -> Result<()>,
+        mut change: impl FnMut(&mut ScheduleRecord) -> Result<()>,
     ) -> Result<()> {
         let scheduler = self.scheduler_ref();
         let _lock = scheduler.lock().await;
-        let store = self.core().store().clone();
-        let key = id.to_owned();
-        let Some(mut record) = blocking(move || store.get_schedule(&key)).await? else {
-            return Err(Error::UnknownSchedule(id.to_owned()));
-        };
-        change(&mut record)?;
-        let store = self.core().store().clone();
-        blocking(move || store.put_schedule(&record)).await?;
+        // Read, change, and store only if nobody (another host's scheduler
+        // advancing it, say) stored something else in between; else again.
+        loop {
+            let store = self.core().store().clone();
+            let key = id.to_owned();
+            let Some(old) = blocking(move || store.get_schedule(&key)).await? else {
+                return Err(Error::UnknownSchedule(id.to_owned()));
+            };
+            let mut record = old.clone();
+            change(&mut record)?;
+            let store = self.core().store().clone();
+            if blocking(move || store.swap_schedule(Some(&old), &record)).await? {
+                break;
+            }
+        }
         scheduler.wake();
         Ok(())
     }

@@ -108,7 +108,15 @@ impl Scheduler {
         let records = blocking(move || store.list_schedules()).await?;
         let now = core.clock().now_ms();
         let mut wake: Option<u64> = None;
-        for record in records.into_iter().filter(|r| !r.paused) {
+        // On a shared store each schedule is fired by one host: the one leasing
+        // its id's partition. Leases move, so look again at least this often.
+        if let Some(recheck) = core.lead_recheck() {
+            wake = Some(now.saturating_add(u64::try_from(recheck.as_millis()).unwrap_or(u64::MAX)));
+        }
+        for record in records
+            .into_iter()
+            .filter(|r| !r.paused && core.leads(&r.id))
+        {
             let spec = match ScheduleSpec::decode(&record.spec) {
                 Ok(spec) => spec,
                 Err(e) => {
@@ -159,6 +167,7 @@ impl Firing<'_> {
         watching: &mut HashSet<String>,
         notify: &Arc<Notify>,
     ) -> Result<Option<u64>> {
+        let read = rec.clone();
         let mut changed = false;
         if let Some(at) = rec.buffered
             && !self.running(rec.last_run.as_deref()).await?
@@ -177,7 +186,13 @@ impl Firing<'_> {
         if changed {
             let store = self.core.store().clone();
             let record = rec.clone();
-            blocking(move || store.put_schedule(&record)).await?;
+            if !blocking(move || store.swap_schedule(Some(&read), &record)).await? {
+                // Paused, updated or deleted since this pass read it (on another
+                // host, say): that change stands. The runs started here stand too
+                // (their ids are the fire times); the next pass reads it again.
+                tracing::debug!(schedule = %rec.id, "reel: schedule changed during a pass");
+                return Ok(Some(self.now));
+            }
         }
         if rec.buffered.is_some()
             && let Some(run) = rec.last_run.clone()

@@ -85,7 +85,8 @@ impl Core {
     /// How often a host sharing its store must look again at what it leads
     /// (partitions come and go with their leases); `None` on a store of its own.
     pub fn lead_recheck(&self) -> Option<Duration> {
-        self.cluster().map(|c| (c.lease_ttl() / 3).max(Duration::from_millis(100)))
+        self.cluster()
+            .map(|c| (c.lease_ttl() / 3).max(Duration::from_millis(100)))
     }
 
     /// Posts `mail` to the owner of the run; `None` (what only an owner does) is
