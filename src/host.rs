@@ -50,6 +50,10 @@ impl Registry for Definitions {
                 version,
             })
     }
+
+    fn newest(&self, workflow: &str) -> Option<u32> {
+        self.engines.get(workflow)?.keys().max().copied()
+    }
 }
 
 /// Configures and opens a [`Host`].

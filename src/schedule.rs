@@ -4,7 +4,12 @@
 //! too).
 //!
 //! Each firing starts a run with the id `<schedule id>/<fire time in ms since the
-//! epoch>` (the nominal time, before jitter). Starting is idempotent on the run
+//! epoch>` (the nominal time, before jitter), on the newest version of the
+//! schedule's workflow registered on the host: a schedule names a workflow, not a
+//! version, as a Temporal schedule names a workflow type, so schedules outlive
+//! deploys that retire old versions. While no version of the name is registered,
+//! the schedule is kept and its due firing waits (logged at warn level) for a host
+//! that registers it, which handles it as a missed firing. Starting is idempotent on the run
 //! id, and the schedule's next fire time is written only after the run is
 //! started, so a firing starts exactly one run even when the process dies between
 //! the two.
@@ -195,9 +200,14 @@ async fn blocking<T: Send + 'static>(
 
 impl Host {
     /// Creates a durable schedule: from now on, each firing of `spec` starts a run
-    /// of `W` with `input` and the id `<id>/<fire time in ms>`. The first firing is
-    /// the first fire time after now. It survives restarts; firings missed while
-    /// no host ran follow the spec's [`CatchUp`].
+    /// of `W`'s workflow with `input` and the id `<id>/<fire time in ms>`, on the
+    /// newest version of `W::NAME` registered when it fires: a schedule names a
+    /// workflow, not a version, so it goes on firing after a deploy that registers
+    /// only a newer version. While no version of the name is registered, the
+    /// schedule is kept and its due firing waits (logged at warn level) for a host
+    /// that registers it, which handles it as a missed firing. The first firing
+    /// is the first fire time after now. It survives restarts; firings missed
+    /// while no host ran follow the spec's [`CatchUp`].
     ///
     /// # Errors
     /// [`Error::InvalidSchedule`] (bad id, cron expression or time zone),

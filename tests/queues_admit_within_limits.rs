@@ -1,7 +1,8 @@
 //! Queues (`HostBuilder::queue`, `Host::start_on`): a run started on a queue is
 //! recorded enqueued and runs only once admitted. Admission keeps the queue's
 //! concurrency (also across a restart: admitted runs count first), its rate limit
-//! (on the host's clock), priorities before start order, and de-duplication keys.
+//! (on the host's clock), priorities before start order, and de-duplication keys
+//! (also across a restart).
 //! An enqueued run can be signalled, cancelled and listed; bad settings and
 //! unknown queues are typed errors that store nothing.
 
@@ -247,6 +248,53 @@ async fn dedup_keys_cancels_and_bad_input() -> anyhow::Result<()> {
             other => panic!("expected InvalidArgument for {bad:?}, got {other:?}"),
         }
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_keys_hold_across_a_restart() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (job, mut entered) = job();
+    let host = builder(dir.path(), &job, 1).build().await?;
+    let keyed = |k: &str| StartOptions::default().queue("q").dedup_key(k);
+    // `a` is admitted and holds `k1`; `b` waits behind it and holds `k2`.
+    host.start_with::<Job>("a", (), keyed("k1")).await?;
+    assert_eq!(next(&mut entered).await?, "a");
+    host.start_with::<Job>("b", (), keyed("k2")).await?;
+    assert_eq!(host.run("b").status().await?, RunStatus::Enqueued);
+    host.shutdown().await?;
+
+    let (job, mut entered) = self::job();
+    let host = builder(dir.path(), &job, 1).build().await?;
+    for (id, key, holder) in [("c", "k1", "a"), ("d", "k2", "b")] {
+        match host.start_with::<Job>(id, (), keyed(key)).await {
+            Err(Error::Deduplicated {
+                queue,
+                key: k,
+                run_id,
+            }) => {
+                assert_eq!(
+                    (queue.as_str(), k.as_str(), run_id.as_str()),
+                    ("q", key, holder)
+                );
+            }
+            other => panic!("{id}: expected Deduplicated by {holder}, got {other:?}"),
+        }
+        assert!(matches!(
+            host.run(id).status().await,
+            Err(Error::UnknownRun(_))
+        ));
+    }
+    // Once `a` ends its key is free; `b`'s is held until `b` ends.
+    go(&host, "a").await?;
+    within(LIMIT, "a", host.handle::<Job>("a").result()).await??;
+    assert_eq!(next(&mut entered).await?, "b");
+    host.start_with::<Job>("c", (), keyed("k1")).await?;
+    assert!(matches!(
+        host.start_with::<Job>("d", (), keyed("k2")).await,
+        Err(Error::Deduplicated { .. })
+    ));
+    host.shutdown().await?;
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 //! Durable schedules: each firing starts one run named `<schedule id>/<fire time
 //! in ms>`; firings missed while no host ran (a shutdown, a kill -9) follow the
 //! catch-up policy; a firing that overlaps the previous run follows the overlap
-//! policy; pause, resume, update and delete hold across restarts; bad input is a
-//! typed error that stores nothing. Time is a `TestClock` moved by the test.
+//! policy; pause, resume, update and delete hold across restarts; bad input (to
+//! a create or an update) is a typed error that stores nothing. Time is a `TestClock` moved by the test.
 
 mod common;
 
@@ -402,6 +402,40 @@ async fn bad_schedules_are_typed_errors_that_store_nothing() -> anyhow::Result<(
         host.pause_schedule("nope").await,
         Err(Error::UnknownSchedule(_))
     ));
+
+    // Updates: an unknown id, a bad spec and an unregistered workflow are typed
+    // errors, and the stored schedules stay as they were.
+    let before = host.schedules().await?;
+    let err = host
+        .update_schedule::<Nightly>("nope", ScheduleSpec::every(HOUR), 1)
+        .await
+        .expect_err("unknown id");
+    assert!(
+        matches!(err, Error::UnknownSchedule(ref id) if id == "nope"),
+        "{err}"
+    );
+    let err = host
+        .update_schedule::<Nightly>("once", ScheduleSpec::cron("0 25 * * *"), 2)
+        .await
+        .expect_err("hour 25");
+    assert!(
+        matches!(&err, Error::InvalidSchedule { id, reason } if id == "once" && reason.contains("0 25 * * *")),
+        "{err}"
+    );
+    let err = host
+        .update_schedule::<Nightly>("once", ScheduleSpec::every(Duration::ZERO), 2)
+        .await
+        .expect_err("zero interval");
+    assert!(matches!(err, Error::InvalidSchedule { .. }), "{err}");
+    let err = host
+        .update_schedule::<Stray>("once", ScheduleSpec::every(HOUR), ())
+        .await
+        .expect_err("not registered");
+    assert!(
+        matches!(err, Error::UnknownWorkflow(ref w) if w == "stray"),
+        "{err}"
+    );
+    assert_eq!(host.schedules().await?, before, "nothing stored");
     host.shutdown().await?;
     Ok(())
 }

@@ -323,6 +323,12 @@ impl Core {
             .map_err(ActorError::NotRegistered)
     }
 
+    /// The newest registered version of `workflow`, or `None` if no version is
+    /// registered.
+    pub fn newest_version(&self, workflow: &str) -> Option<u32> {
+        self.registry.newest(workflow)
+    }
+
     /// Marks work in flight on the host's activity gauge (see
     /// [`Clock::watch`](reel_storage::Clock::watch)) until the guard is dropped.
     pub fn busy(&self) -> reel_storage::Busy {

@@ -97,4 +97,8 @@ pub trait Registry: Send + Sync + 'static {
     /// # Errors
     /// [`Failure::UnknownWorkflow`] or [`Failure::VersionMismatch`].
     fn lookup(&self, workflow: &str, version: u32) -> Result<Arc<dyn Engine>, Failure>;
+
+    /// The newest version of `workflow` registered, or `None` if no version is
+    /// (what a new run of the name, such as a schedule's firing, starts on).
+    fn newest(&self, workflow: &str) -> Option<u32>;
 }

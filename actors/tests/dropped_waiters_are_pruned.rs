@@ -33,6 +33,9 @@ impl Registry for One {
     fn lookup(&self, _: &str, _: u32) -> Result<Arc<dyn Engine>, Failure> {
         Ok(Arc::new(Waits))
     }
+    fn newest(&self, _: &str) -> Option<u32> {
+        Some(1)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

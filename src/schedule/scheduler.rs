@@ -167,20 +167,23 @@ impl Firing<'_> {
         watching: &mut HashSet<String>,
         notify: &Arc<Notify>,
     ) -> Result<Option<u64>> {
+        let Some(version) = self.core.newest_version(&rec.workflow) else {
+            return Ok(self.unregistered(&rec));
+        };
         let read = rec.clone();
         let mut changed = false;
         if let Some(at) = rec.buffered
             && !self.running(rec.last_run.as_deref()).await?
         {
             rec.buffered = None;
-            self.start(&mut rec, at).await?;
+            self.start(&mut rec, version, at).await?;
             changed = true;
         }
         let due = rec
             .next_fire
             .saturating_add(self.jitter(&rec.id, rec.next_fire));
         if rec.next_fire != u64::MAX && due <= self.now {
-            self.fire_due(&mut rec).await?;
+            self.fire_due(&mut rec, version).await?;
             changed = true;
         }
         if changed {
@@ -213,9 +216,31 @@ impl Firing<'_> {
         }))
     }
 
+    /// No version of the schedule's workflow is registered on this host: nothing
+    /// starts and the record stays as it is (the schedule is kept), so a host that
+    /// registers the name handles the waiting firing, as a missed one under the
+    /// catch-up policy. Once the firing is due, each pass says so at warn level;
+    /// until then, the scheduler wakes for it.
+    fn unregistered(&self, rec: &ScheduleRecord) -> Option<u64> {
+        let due = (rec.next_fire != u64::MAX).then(|| {
+            rec.next_fire
+                .saturating_add(self.jitter(&rec.id, rec.next_fire))
+        });
+        if rec.buffered.is_none() && due.is_none_or(|d| d > self.now) {
+            return due;
+        }
+        tracing::warn!(
+            schedule = %rec.id,
+            workflow = %rec.workflow,
+            "reel: no version of the schedule's workflow is registered on this host; \
+             its due firing waits for a host that registers it"
+        );
+        None
+    }
+
     /// Starts the firings due now that the catch-up policy keeps, each under the
     /// overlap policy, and moves `next_fire` past them.
-    async fn fire_due(&self, rec: &mut ScheduleRecord) -> Result<()> {
+    async fn fire_due(&self, rec: &mut ScheduleRecord, version: u32) -> Result<()> {
         let now = self.now;
         let mut latest = self
             .timing
@@ -250,8 +275,8 @@ impl Firing<'_> {
         for at in fires {
             let running = self.running(rec.last_run.as_deref()).await?;
             match self.spec.overlap {
-                Overlap::AllowAll => self.start(rec, at).await?,
-                _ if !running => self.start(rec, at).await?,
+                Overlap::AllowAll => self.start(rec, version, at).await?,
+                _ if !running => self.start(rec, version, at).await?,
                 Overlap::Skip => {
                     tracing::info!(schedule = %rec.id, at, "reel: firing skipped: the previous run has not finished");
                 }
@@ -274,16 +299,17 @@ impl Firing<'_> {
             .is_some_and(|m| !m.state.is_finished() && !matches!(m.state, RunState::Parked { .. })))
     }
 
-    /// Starts the firing at `at` (idempotent on its run id) and makes it the last
-    /// run. A firing that cannot start for good (its workflow is no longer
-    /// registered, the id is taken by another workflow) is logged and dropped.
-    async fn start(&self, rec: &mut ScheduleRecord, at: u64) -> Result<()> {
+    /// Starts the firing at `at` on `version` of the schedule's workflow (the
+    /// newest registered; idempotent on its run id) and makes it the last run. A
+    /// firing that cannot start for good (the id is taken by another workflow) is
+    /// logged and dropped.
+    async fn start(&self, rec: &mut ScheduleRecord, version: u32, at: u64) -> Result<()> {
         let run_id = run_id_of(&rec.id, at);
         let started = self
             .core
             .start(
                 &rec.workflow,
-                rec.version,
+                version,
                 &run_id,
                 rec.input.clone(),
                 None,

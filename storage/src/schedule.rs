@@ -15,9 +15,10 @@ use crate::{Payload, StorageError};
 pub struct ScheduleRecord {
     /// The schedule's id; its runs are named `<id>/<fire time in ms>`.
     pub id: String,
-    /// The workflow each firing starts.
+    /// The workflow each firing starts (its newest version registered then).
     pub workflow: String,
-    /// Its version.
+    /// The version registered when the schedule was created or last updated: a
+    /// record of that moment, not what firings start.
     pub version: u32,
     /// The input each firing's run gets.
     pub input: Payload,
