@@ -380,9 +380,8 @@ impl FjallStore {
     fn send(&self, append: Encoded) -> Ticket {
         let (reply, rx) = oneshot::channel();
         // A lone append commits here and its ticket is answered on return.
-        let req = match self.committer.try_inline(Request { append, reply }) {
-            Ok(()) => return Ticket::pending(rx),
-            Err(req) => req,
+        let Some(req) = self.committer.try_inline(Request { append, reply }) else {
+            return Ticket::pending(rx);
         };
         let guard = match self.tx.lock() {
             Ok(g) => g,

@@ -114,22 +114,23 @@ impl Committer {
 
     /// Commits `req` on this thread when it is the only write in sight: nothing
     /// queued for the writer thread, the last batch a single append, and no batch
-    /// being committed right now. Otherwise hands it back for the writer thread.
-    pub(super) fn try_inline(&self, req: Request) -> std::result::Result<(), Request> {
+    /// being committed right now. Otherwise hands it back (`Some`) for the writer
+    /// thread.
+    pub(super) fn try_inline(&self, req: Request) -> Option<Request> {
         if self.last_batch.load(Ordering::SeqCst) > 1 || self.queued.load(Ordering::SeqCst) != 0 {
-            return Err(req);
+            return Some(req);
         }
         let Ok(mut state) = self.state.try_lock() else {
-            return Err(req);
+            return Some(req);
         };
         // Checked again under the lock: a request sent before this point and not
         // committed yet must land first, so this one waits its turn in the queue.
         if state.closed || self.queued.load(Ordering::SeqCst) != 0 {
-            return Err(req);
+            return Some(req);
         }
         let mut pending = vec![req];
         self.commit(&mut state, &mut pending);
-        Ok(())
+        None
     }
 
     /// No more inline commits; waits for one under way.
