@@ -9,8 +9,11 @@
 //! `rate_limit.limit` admissions fall in any window of `rate_limit.period` (read
 //! on the host's clock). The limits hold across restarts and crashes: admission is
 //! recorded before the run's handler starts, and a host opening the store counts
-//! the admitted, unfinished runs first. A queued run can be signalled (the signal
-//! waits in its log), cancelled (it ends without running) and listed.
+//! the admitted, unfinished runs first. A run whose admission fails for a
+//! passing reason (a storage error) gives its slot to the runs behind it and is
+//! admitted again, in its place, after a backoff on the host's clock. A queued
+//! run can be signalled (the signal waits in its log), cancelled (it ends without
+//! running) and listed.
 
 use std::time::Duration;
 
