@@ -10,5 +10,6 @@ fn crash_torture() {
         test: "crash_torture",
         prepare: None,
         store: None,
+        kill_ms: torture::KILL_MS,
     });
 }

@@ -11,7 +11,7 @@
 //! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
 //! it depends on none of them, and nothing below the core names it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -112,6 +112,9 @@ pub struct Core {
     /// Whose turn it is to read the inbox (`cluster`): one reader at a time, told
     /// to read again when asked meanwhile.
     inbox: cluster::InboxTurn,
+    /// Partitions being given back (`cluster`): still leased, but what would wake
+    /// their runs goes to the inbox, for the next owner.
+    leaving: Mutex<BTreeSet<u16>>,
     /// Work in flight (busy executions, deliveries, firing timers), watched by a
     /// clock that moves when the host is idle.
     pub(crate) activity: Arc<reel_storage::Activity>,

@@ -74,6 +74,12 @@ pub(crate) struct Retry;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Admit;
 
+/// Wind down and stop: the run's partition is being given back to balance the
+/// hosts. Step bodies under way finish and are recorded first, so the next owner
+/// does not run them again.
+#[derive(Clone, Copy)]
+pub(crate) struct HandBack;
+
 /// Stop now (host shutdown); the run stays resumable.
 #[derive(Clone, Copy)]
 pub(crate) struct StopRun;

@@ -26,7 +26,7 @@ use crate::engine::{Engine, Execution, Outcome, Registry};
 use crate::error::ActorError;
 use crate::host::RunHost;
 use crate::journal::Journal;
-use crate::message::{Delivery, Resume, StopRun};
+use crate::message::{Delivery, HandBack, Resume, StopRun};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::services::Services;
@@ -69,6 +69,9 @@ pub(crate) struct RunActor {
     generation: u64,
     idle_generation: u64,
     retired: bool,
+    /// Handed back to balance the hosts ([`HandBack`]): it takes no more messages
+    /// and stops once the step bodies under way have recorded their results.
+    leaving: bool,
     /// The segment's length has been warned about (`CoreOptions::long_log_events`).
     log_warned: bool,
     /// Held while the execution runs and does not only wait (see [`RunActor::track`]).
@@ -158,6 +161,7 @@ impl Actor for RunActor {
             generation: 0,
             idle_generation: 0,
             retired: false,
+            leaving: false,
             log_warned: false,
             busy: None,
         })
@@ -208,7 +212,9 @@ impl RunActor {
     }
 
     fn check_usable(&self) -> Result<(), ActorError> {
-        if self.retired {
+        // A run being handed back takes nothing more: the sender, seeing it
+        // retired, posts the message to the partition's next owner.
+        if self.retired || self.leaving {
             return Err(ActorError::Retired);
         }
         if let Some(reason) = &self.broken {
@@ -225,6 +231,7 @@ impl RunActor {
         if self.meta.state.is_finished()
             || self.broken.is_some()
             || self.retired
+            || self.leaving
             || (!force && matches!(self.meta.state, RunState::Parked { .. }))
             || self.is_paused()
             || self.meta.state == RunState::Enqueued
@@ -465,6 +472,26 @@ impl Message<Passivate> for RunActor {
         }
         tracing::debug!(run_id = %self.run_id, "reel: passivating run");
         self.retire(ctx).await;
+    }
+}
+
+impl Message<HandBack> for RunActor {
+    type Reply = ();
+
+    async fn handle(&mut self, _: HandBack, ctx: &mut Context<Self, ()>) {
+        if self.retired {
+            return;
+        }
+        self.leaving = true;
+        if self.exec.is_none() || self.suspended {
+            // It only waits: nothing to let finish.
+            self.retire(ctx).await;
+            return;
+        }
+        // As for a pause, but in memory only: the execution walks no more of the
+        // log, lets the step bodies under way record their results, and reports
+        // `Outcome::Paused`, on which the actor stops.
+        self.journal.set_paused(true);
     }
 }
 

@@ -201,8 +201,10 @@ async fn host_that_lost_its_lease_cannot_write() -> anyhow::Result<()> {
     support::execute(
         &url,
         &format!(
+            // Locked `FOR UPDATE` first, as a takeover does: a write under way
+            // (which holds the row `FOR KEY SHARE`) commits before the move.
             "UPDATE reel_leases SET owner = 'elsewhere', expires_at = now() + interval '1 hour' \
-             WHERE part = {part}"
+             WHERE part = (SELECT part FROM reel_leases WHERE part = {part} FOR UPDATE)"
         ),
     )
     .await;
@@ -309,8 +311,10 @@ async fn step_that_ends_after_its_lease_was_lost_is_not_recorded() -> anyhow::Re
     support::execute(
         &url,
         &format!(
+            // Locked `FOR UPDATE` first, as a takeover does: a write under way
+            // (which holds the row `FOR KEY SHARE`) commits before the move.
             "UPDATE reel_leases SET owner = 'elsewhere', expires_at = now() + interval '1 hour' \
-             WHERE part = {part}"
+             WHERE part = (SELECT part FROM reel_leases WHERE part = {part} FOR UPDATE)"
         ),
     )
     .await;

@@ -21,8 +21,10 @@
 //!
 //! Every step body appends `run-id step-id attempt token` to a side file (`O_APPEND`,
 //! fsynced) before returning the fresh token as its output (a failing attempt writes a
-//! `fail-` token); a record torn by a kill in mid-write is recognised and skipped. The parent starts a child, lets it run a random 5–200 ms, SIGKILLs
-//! it, and repeats (`REEL_TORTURE_KILLS`, default 50); then a last child runs without
+//! `fail-` token); a record torn by a kill in mid-write is recognised and skipped.
+//! The parent starts a child, lets it run a random 5–200 ms ([`Backend::kill_ms`];
+//! from its spawn, or, every other round, from its host's open), SIGKILLs it, and
+//! repeats (`REEL_TORTURE_KILLS`, default 50); then a last child runs without
 //! kills and drives every started run to its end (bounded). Then the parent opens the
 //! store itself and checks:
 //! 1. every run completed (none parked, failed or hung);
@@ -41,7 +43,9 @@
 //!
 //! The kill delay counts from the spawn, so a kill also lands while the host opens
 //! (fjall replays its journal, which grows with the store: the summary line says how
-//! many kills hit a host that was not open yet).
+//! many kills hit a host that was not open yet); every other kill counts from the
+//! open. At least 40 % of the kills must land mid-work (in a round that ran step
+//! bodies), or the test fails: a window that misses the work tortures nothing.
 //!
 //! `REEL_TORTURE_KILLS=1000 cargo test --release --test crash_torture -- --nocapture`
 //! runs the long version; `REEL_TORTURE_KILL_MS=150-400` moves the kill window (past
@@ -79,8 +83,19 @@ pub struct Backend {
     /// Called once by the parent with the working directory, before any child.
     pub prepare: Option<fn(&Path)>,
     /// Opens the store of the working directory; `None`: a fjall store in
-    /// `<dir>/store`.
+    /// `<dir>/store`. [`in_child`] tells whether a child process asks (the parent
+    /// opens the store too, for its checks, once every child is gone).
     pub store: Option<fn(PathBuf) -> StoreFuture>,
+    /// The kill delays (ms from the spawn of the child, or from its host's open)
+    /// unless `REEL_TORTURE_KILL_MS` says otherwise ([`KILL_MS`] for a local
+    /// store).
+    pub kill_ms: (u64, u64),
+}
+
+/// Whether this process is one of the torture's children.
+#[allow(dead_code)] // for `Backend::store`: the fjall backend needs no such test
+pub fn in_child() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
 }
 
 /// What [`Backend::store`] returns.
@@ -103,8 +118,12 @@ const SEED_ENV: &str = "REEL_TORTURE_SEED";
 const SPAWNED_ENV: &str = "REEL_TORTURE_SPAWNED_US";
 /// `mix` runs a child keeps in flight at once.
 const WINDOW: usize = 24;
-/// Kill delays, from the spawn of the child (`REEL_TORTURE_KILL_MS=lo-hi` changes them).
-const KILL_MS: (u64, u64) = (5, 200);
+/// Kill delays on a local store (`REEL_TORTURE_KILL_MS=lo-hi` changes them).
+pub const KILL_MS: (u64, u64) = (5, 200);
+/// The share of kills that must land mid-work (the host open and running step
+/// bodies), or the torture tortured little: a kill window that misses the work
+/// (a slower open, say) fails the test instead of passing it quietly.
+const MID_WORK_SHARE: f64 = 0.4;
 /// How long the last child may take to finish every run.
 const FINAL_LIMIT: Duration = Duration::from_secs(60);
 
@@ -196,6 +215,20 @@ fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
+/// Waits until child `generation` says its host is open (`READY`), it exits, or a
+/// minute has passed.
+fn wait_ready(dir: &Path, generation: u64, child: &mut std::process::Child) {
+    let ready = format!("READY {generation} ");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        let err = std::fs::read_to_string(dir.join("children.err")).unwrap_or_default();
+        if err.lines().any(|l| l.starts_with(&ready)) {
+            return;
+        }
+        std::thread::sleep(ms(2));
+    }
+}
+
 /// The torture on `backend`: the parent's rounds of kills and checks, or, in a
 /// child process, the child's work.
 pub fn run(on: Backend) {
@@ -226,10 +259,10 @@ pub fn run(on: Backend) {
             Some((lo.parse().ok()?, hi.parse().ok()?))
         })
         .filter(|(lo, hi)| lo <= hi)
-        .unwrap_or(KILL_MS);
+        .unwrap_or(backend().kill_ms);
     println!(
         "crash_torture: seed {seed} (REEL_TORTURE_SEED), {kills_wanted} kills \
-         {kill_min}-{kill_max} ms after the spawn"
+         {kill_min}-{kill_max} ms after the spawn (every other one after the open)"
     );
 
     // Kill phase.
@@ -240,6 +273,12 @@ pub fn run(on: Backend) {
     while kills < kills_wanted {
         let before = file_len(&side_path);
         let mut child = spawn_child(dir, seed, generation, false);
+        // Every other child is killed counting from its host's open rather than
+        // from its spawn: however long the open takes, half the kills land
+        // mid-work.
+        if generation % 2 == 1 {
+            wait_ready(dir, generation, &mut child);
+        }
         // The scenario's randomness: how long the child runs before the kill.
         std::thread::sleep(ms(rng.range(kill_min, kill_max)));
         let exited = child.try_wait().expect("try_wait");
@@ -449,8 +488,8 @@ pub fn run(on: Backend) {
     }
 
     println!(
-        "crash_torture: {kills} kills survived ({killed_before_open} before the host was \
-         open, median open {open_median} ms; {idle_rounds} rounds ran no step body), \
+        "crash_torture: {kills} kills survived ({} mid-work, {killed_before_open} before \
+         the host was open, median open {open_median} ms; {idle_rounds} rounds ran no step body), \
          {} children, {} runs ({} finished during the kill phase), {} steps recorded, \
          {} step bodies run ({bodies_during_kills} during the kill phase), \
          {} bodies re-run before their record (at-least-once; {} side-file records torn \
@@ -458,6 +497,7 @@ pub fn run(on: Backend) {
          record, {} bodies run out of handler order, {} failed attempts recorded, {} steps abandoned by a lost race \
          ({slow_won} slow steps won), races signal/timer {}/{}, timed waits signal/timeout {}/{}, {} signals, {} parked; \
          kill phase {:.1?}, total {:.1?}",
+        kills - idle_rounds,
         generation + 1,
         f.runs,
         done_during_kills,
@@ -495,4 +535,10 @@ pub fn run(on: Backend) {
     assert_eq!(f.out_of_order, 0);
     assert_eq!(f.parked, 0);
     assert!(kills > 0);
+    let mid_work = kills - idle_rounds;
+    assert!(
+        mid_work as f64 >= MID_WORK_SHARE * kills as f64,
+        "only {mid_work} of {kills} kills landed while step bodies ran (seed {seed}): \
+         move the kill window (REEL_TORTURE_KILL_MS, Backend::kill_ms) past the open"
+    );
 }

@@ -6,13 +6,11 @@
 //! periodic poll (notices can be lost), and wakes local `result()` waiters (and watchers of
 //! logs) when another host changed a run.
 
-use std::collections::BTreeSet;
-
 use reel_storage::{Cluster, Letter, Mail, Notice, partition_of};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::*;
-use crate::message::{Pause, Retry, Unpause};
+use crate::message::{HandBack, Pause, Retry, Unpause};
 
 /// Letters taken from the inbox at a time.
 const LETTERS: usize = 256;
@@ -70,9 +68,17 @@ impl Core {
     }
 
     /// Whether another host owns the run (this host does not lease its partition).
+    /// A partition being given back counts as another host's already.
     pub(crate) fn owned_elsewhere(&self, run_id: &str) -> bool {
-        self.cluster()
-            .is_some_and(|c| !c.holds(partition_of(run_id)))
+        let part = partition_of(run_id);
+        self.cluster().is_some_and(|c| !c.holds(part)) || self.is_leaving(part)
+    }
+
+    fn is_leaving(&self, part: u16) -> bool {
+        self.leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&part)
     }
 
     /// Whether this host is the one to act on `key` (a schedule id, hashed into a
@@ -206,7 +212,8 @@ impl Core {
         }
     }
 
-    /// One renewal: stops the runs of partitions lost, gives the surplus back,
+    /// One renewal: stops the runs of partitions lost, gives the surplus back
+    /// (`hand_back`),
     /// recovers the runs of partitions gained, then reads their inbox.
     async fn renew_leases(&self) {
         let store = self.store.clone();
@@ -227,21 +234,11 @@ impl Core {
             self.abandon(&change.lost).await;
         }
         if !change.surplus.is_empty() {
-            let store = self.store.clone();
-            let surplus = change.surplus.clone();
-            let released = blocking(move || match store.cluster() {
-                Some(c) => c.release(&surplus),
-                None => Ok(()),
-            })
-            .await;
-            if let Err(e) = released {
-                tracing::warn!(error = %e, "reel: giving leases back failed; they expire");
-            }
             tracing::info!(
                 count = change.surplus.len(),
-                "reel: partitions given back to balance the hosts"
+                "reel: giving partitions back to balance the hosts"
             );
-            self.abandon(&change.surplus).await;
+            self.hand_back(&change.surplus).await;
         }
         let gained: BTreeSet<u16> = change.gained.difference(&change.surplus).copied().collect();
         if !gained.is_empty() {
@@ -282,6 +279,53 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Gives partitions back to balance the hosts: their runs stop here first, and
+    /// only then is the lease released, so no other host runs them while they still
+    /// run here. Meanwhile what would wake them goes to the inbox for the next
+    /// owner, and each execution winds down as for a pause: the step bodies under
+    /// way finish and are recorded (so the next owner does not run them again),
+    /// within a quarter of the lease time (the renewal waits for this); past it,
+    /// the rest are stopped where they are.
+    async fn hand_back(&self, parts: &BTreeSet<u16>) {
+        self.leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(parts.iter().copied());
+        let actors: Vec<ActorRef<RunActor>> = {
+            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            live.iter()
+                .filter(|(r, _)| parts.contains(&partition_of(r)))
+                .filter_map(|(_, cell)| cell.get().cloned())
+                .collect()
+        };
+        let grace = self.cluster().map_or(Duration::ZERO, |c| c.lease_ttl() / 4);
+        let wound_down = futures::future::join_all(actors.iter().map(|actor| async move {
+            if actor.tell(HandBack).await.is_ok() {
+                actor.wait_for_shutdown().await;
+            }
+        }));
+        if tokio::time::timeout(grace, wound_down).await.is_err() {
+            tracing::warn!(
+                "reel: runs still busy when giving their partitions back; stopping them"
+            );
+        }
+        self.abandon(parts).await;
+        let store = self.store.clone();
+        let given = parts.clone();
+        let released = blocking(move || match store.cluster() {
+            Some(c) => c.release(&given),
+            None => Ok(()),
+        })
+        .await;
+        if let Err(e) = released {
+            tracing::warn!(error = %e, "reel: giving leases back failed; they expire");
+        }
+        self.leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| !parts.contains(p));
     }
 
     /// Stops this host's actors of the runs of `parts`: another host runs them now.
@@ -330,8 +374,14 @@ impl Core {
     async fn drain_once(&self) {
         loop {
             let store = self.store.clone();
+            let leaving = self
+                .leaving
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             let letters = blocking(move || match store.cluster() {
-                Some(c) => c.letters(&c.held(), LETTERS),
+                // Those of partitions being given back wait for the next owner.
+                Some(c) => c.letters(&c.held().difference(&leaving).copied().collect(), LETTERS),
                 None => Ok(Vec::new()),
             })
             .await;

@@ -83,6 +83,7 @@ impl Core {
                 retention_cursors: Default::default(),
                 closing: AtomicBool::new(false),
                 inbox: cluster::InboxTurn::default(),
+                leaving: Mutex::default(),
                 activity: activity.clone(),
                 me: me.clone(),
             }

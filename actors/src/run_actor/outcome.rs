@@ -2,7 +2,8 @@
 //! run's end (completed, failed, cancelled, continued as new), a suspension, a
 //! park; begin again after a pause; crash (the supervisor restarts the run from
 //! disk) when the handler panicked or the end could not be recorded; stop quietly
-//! when another host owns the run now (waking that host).
+//! when another host owns the run now (waking that host) or once a run handed back
+//! has wound down.
 
 use kameo::message::{Context, Message};
 use reel_storage::{Event, RunState, StorageError};
@@ -65,6 +66,11 @@ impl Message<ExecReport> for RunActor {
                 awaits_child,
                 seen,
             } => {
+                if self.leaving {
+                    // Handed back: it only waits now.
+                    self.retire(ctx).await;
+                    return;
+                }
                 // Stale: an event appended since then is on its way to the execution.
                 if seen < self.journal.len() {
                     return;
@@ -102,6 +108,11 @@ impl Message<ExecReport> for RunActor {
                 self.park(failure).await;
                 self.retire(ctx).await;
                 Ok(())
+            }
+            Outcome::Paused if self.leaving => {
+                // Handed back: what ran here is recorded; the next owner goes on.
+                self.retire(ctx).await;
+                return;
             }
             Outcome::Paused => {
                 // Resumed while the execution was winding down: it starts again.

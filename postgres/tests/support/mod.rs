@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The command that installs the server binaries on Debian and Ubuntu.
-pub const INSTALL: &str = "apt-get install -y postgresql";
+pub const INSTALL: &str = "sudo apt-get update && sudo apt-get install -y postgresql";
 
 /// A PostgreSQL server the tests of this binary share.
 pub struct PgCluster {
@@ -113,7 +113,7 @@ impl PgCluster {
         let Some(bin) = bin_dir() else {
             panic!(
                 "PostgreSQL server binaries (initdb, postgres) not found on PATH or under \
-                 /usr/lib/postgresql/*/bin. Install them with `{INSTALL}` (as root), run \
+                 /usr/lib/postgresql/*/bin. Install them with `{INSTALL}`, run \
                  `scripts/test`, or set REEL_PG_URL to a server whose user may create databases"
             );
         };
