@@ -8,12 +8,19 @@
 //!    on one host of its own, then on 1 and on 3 hosts joined to the database
 //!    (`PgStore::join`, in this process, the partitions shared out first).
 //!
+//! 3. starts of runs waiting on a signal (one host of its own, three joined
+//!    hosts), reopening a database full of them, an entity looping signal +
+//!    step, waking a passivated run with a long log (`scenarios/waiting.rs`).
+//!
 //! The server is a private cluster (`initdb` + `postgres`, fsync on) in a temporary
 //! directory, or `REEL_PG_URL`. `REEL_BENCH_QUICK=1` scales both down to a smoke
 //! run. Figures are printed, not asserted.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "scenarios/waiting.rs"]
+mod waiting;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -22,7 +29,7 @@ use std::time::{Duration, Instant};
 use reel::{Ctx, Host, Workflow};
 use reel_postgres::{ClusterConfig, PgStore};
 
-type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// `n` no-op steps, returns `n`.
 struct Steps;
@@ -43,7 +50,7 @@ async fn host(url: &str) -> BenchResult<Host> {
     Ok(Host::builder().store(store).register(Steps).build().await?)
 }
 
-async fn raw_client(url: &str) -> BenchResult<tokio_postgres::Client> {
+pub(crate) async fn raw_client(url: &str) -> BenchResult<tokio_postgres::Client> {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
     client
@@ -177,6 +184,21 @@ async fn raw_throughput(url: &str, total: usize) -> BenchResult<f64> {
 fn main() {
     let quick = std::env::var("REEL_BENCH_QUICK").is_ok_and(|v| v != "0" && !v.is_empty());
     let (seq_steps, runs) = if quick { (50, 50) } else { (1_000, 1_000) };
+    let sizes = if quick {
+        waiting::Sizes {
+            waiting: 100,
+            in_flight: 16,
+            signals: 20,
+            replay_steps: 50,
+        }
+    } else {
+        waiting::Sizes {
+            waiting: 10_000,
+            in_flight: 512,
+            signals: 1_000,
+            replay_steps: 2_500,
+        }
+    };
     support::DURABLE.store(true, Ordering::SeqCst);
     let base = support::cluster().base.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -223,7 +245,7 @@ fn main() {
                 tp / raw_tp
             );
         }
-        Ok(())
+        waiting::run(&sizes).await
     });
     if let Err(e) = result {
         eprintln!("bench failed: {e}");
