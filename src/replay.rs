@@ -205,7 +205,9 @@ pub(crate) struct Replay {
     settled: HashSet<String>,
     children_done: HashSet<String>,
     step_names: HashMap<String, u32>,
-    step_ids: HashSet<String>,
+    /// Step names given as ids that contain `#`: the only ids a generated
+    /// `name#k` can collide with (see [`Replay::step_id`]).
+    hashed_step_names: HashSet<String>,
     counters: HashMap<&'static str, u32>,
     /// Answers given to `ctx.patched` in this execution, by patch id.
     patches: HashMap<String, bool>,
@@ -225,7 +227,7 @@ impl Replay {
             settled: HashSet::new(),
             children_done: HashSet::new(),
             step_names: HashMap::new(),
-            step_ids: HashSet::new(),
+            hashed_step_names: HashSet::new(),
             counters: HashMap::new(),
             patches: HashMap::new(),
             diverged: None,
@@ -293,6 +295,15 @@ impl Replay {
     }
 
     /// The id of a step call: its name, `name#k` for the k-th call with that name.
+    /// An id is never given twice: a candidate already given is skipped for the
+    /// next `k`.
+    ///
+    /// Which candidates can have been given already, without a set of every id
+    /// (this runs for every step): a generated `name#k` splits back into `name` and
+    /// `k` at its last `#`, so two generated ids never meet, and a name without
+    /// `#` meets no generated id. What is left is a name containing `#` meeting a
+    /// generated id (the prefix's counter has passed `k`), and a generated id
+    /// meeting such a name, kept in `hashed_step_names`.
     pub(crate) fn step_id(&mut self, name: &str) -> String {
         loop {
             // The name is copied once, on its first call, not on every call.
@@ -301,16 +312,36 @@ impl Replay {
                 None => self.step_names.entry(name.to_owned()).or_insert(0),
             };
             *n += 1;
-            let id = if *n == 1 {
-                name.to_owned()
-            } else {
-                format!("{name}#{n}")
-            };
-            // A name that itself looks like `a#2` must not reuse an id already given.
-            if self.step_ids.insert(id.clone()) {
+            let n = *n;
+            if n == 1 {
+                if !name.contains('#') {
+                    return name.to_owned();
+                }
+                if self.generated(name) {
+                    continue;
+                }
+                self.hashed_step_names.insert(name.to_owned());
+                return name.to_owned();
+            }
+            let id = format!("{name}#{n}");
+            if !self.hashed_step_names.contains(&id) {
                 return id;
             }
         }
+    }
+
+    /// Whether `id` is `prefix#k` as generated for the k-th call of `prefix`, and
+    /// that call was made: every candidate up to the prefix's counter was given,
+    /// save one that met a name already given, which `id` cannot be (it is only
+    /// asked about on its first call).
+    fn generated(&self, id: &str) -> bool {
+        let Some((prefix, k)) = id.rsplit_once('#') else {
+            return false;
+        };
+        let Ok(n) = k.parse::<u32>() else {
+            return false;
+        };
+        n >= 2 && n.to_string() == k && self.step_names.get(prefix).is_some_and(|&c| c >= n)
     }
 
     /// Matches the next primitive call against the log (invariant 3).

@@ -26,6 +26,49 @@ fn step_ids_repeat_with_suffix() {
     assert_eq!(r.positional("timer"), "timer#2");
 }
 
+/// The ids the first rule gave (every id kept in a set): logs written under it
+/// must get the same ids now.
+fn step_ids_by_set(names: &[String]) -> Vec<String> {
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    let mut given: HashSet<String> = HashSet::new();
+    names
+        .iter()
+        .map(|name| {
+            loop {
+                let n = counts.entry(name.clone()).or_insert(0);
+                *n += 1;
+                let id = if *n == 1 {
+                    name.clone()
+                } else {
+                    format!("{name}#{n}")
+                };
+                if given.insert(id.clone()) {
+                    break id;
+                }
+            }
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    /// Names built from a few atoms so that `a`, `a#2`, `a#2#2`, `a#02` and the
+    /// like meet often.
+    #[test]
+    fn step_ids_match_the_set_rule(
+        picks in proptest::collection::vec(
+            proptest::collection::vec(0usize..6, 1..4), 0..40)
+    ) {
+        const ATOMS: [&str; 6] = ["a", "#2", "#3", "b", "#02", "#1"];
+        let names: Vec<String> = picks
+            .iter()
+            .map(|p| p.iter().map(|&i| ATOMS[i]).collect())
+            .collect();
+        let mut r = Replay::new(&Arc::new(vec![start()]));
+        let got: Vec<String> = names.iter().map(|n| r.step_id(n)).collect();
+        proptest::prop_assert_eq!(got, step_ids_by_set(&names));
+    }
+}
+
 #[test]
 fn divergence_names_first_mismatch_and_sticks() {
     let log = Arc::new(vec![
