@@ -19,6 +19,7 @@
 //! - `schema`: the tables, their migrations and the format check ([`SCHEMA_VERSION`]).
 //! - `store`: [`PgStore`]: connection pool, sync reads, `close`.
 //! - `writer`: the group-commit writer task.
+//! - `schedules`: the schedules table, written by compare-and-swap.
 //! - `listing`: pages and counts of runs by index (the listing columns of
 //!   `reel_runs`, their backfill).
 //! - `cluster`: several hosts over one database ([`ClusterConfig`],
@@ -67,6 +68,7 @@
 
 mod cluster;
 mod listing;
+mod schedules;
 mod schema;
 mod store;
 mod writer;

@@ -8,8 +8,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use reel_storage::listing::{MetaPage, RunQuery};
 use reel_storage::{
     Append, Cluster, CommitListener, Event, LogReader, LogSize, LogWriter, MetaReader, Record,
-    Result, RunMeta, Scan, ScheduleRecord, ScheduleStore, StatusKind, StorageError, Store, Ticket,
-    TimerEntry, TimerReader, decode_timer_key,
+    Result, RunMeta, Scan, StatusKind, StorageError, Store, Ticket, TimerEntry, TimerReader,
+    decode_timer_key,
 };
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::{mpsc, oneshot};
@@ -431,89 +431,6 @@ impl MetaReader for PgStore {
                 .await
                 .map_err(|e| pg_err(&e))?;
             Ok(scan_meta("active", &rows))
-        })
-    }
-}
-
-impl ScheduleStore for PgStore {
-    fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<()> {
-        let id = schedule.id.clone();
-        let bytes = schedule.encode()?;
-        self.block(move |c| async move {
-            c.execute(
-                "INSERT INTO reel_schedules (id, record) VALUES ($1, $2) \
-                 ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
-                &[&id, &bytes],
-            )
-            .await
-            .map_err(|e| pg_err(&e))?;
-            Ok(())
-        })
-    }
-
-    fn swap_schedule(
-        &self,
-        expected: Option<&ScheduleRecord>,
-        new: &ScheduleRecord,
-    ) -> Result<bool> {
-        let id = new.id.clone();
-        let bytes = new.encode()?;
-        let old = expected.map(ScheduleRecord::encode).transpose()?;
-        self.block(move |c| async move {
-            // One statement each, so the check and the write are one atomic step.
-            let changed = match old {
-                None => {
-                    c.execute(
-                        "INSERT INTO reel_schedules (id, record) VALUES ($1, $2) \
-                         ON CONFLICT (id) DO NOTHING",
-                        &[&id, &bytes],
-                    )
-                    .await
-                }
-                Some(old) => {
-                    c.execute(
-                        "UPDATE reel_schedules SET record = $2 WHERE id = $1 AND record = $3",
-                        &[&id, &bytes, &old],
-                    )
-                    .await
-                }
-            }
-            .map_err(|e| pg_err(&e))?;
-            Ok(changed == 1)
-        })
-    }
-
-    fn get_schedule(&self, id: &str) -> Result<Option<ScheduleRecord>> {
-        let id = id.to_owned();
-        self.block(move |c| async move {
-            let row = c
-                .query_opt("SELECT record FROM reel_schedules WHERE id = $1", &[&id])
-                .await
-                .map_err(|e| pg_err(&e))?;
-            row.map(|r| ScheduleRecord::decode(&id, r.get(0)))
-                .transpose()
-        })
-    }
-
-    fn delete_schedule(&self, id: &str) -> Result<()> {
-        let id = id.to_owned();
-        self.block(move |c| async move {
-            c.execute("DELETE FROM reel_schedules WHERE id = $1", &[&id])
-                .await
-                .map_err(|e| pg_err(&e))?;
-            Ok(())
-        })
-    }
-
-    fn list_schedules(&self) -> Result<Vec<ScheduleRecord>> {
-        self.block(|c| async move {
-            let rows = c
-                .query("SELECT id, record FROM reel_schedules ORDER BY id", &[])
-                .await
-                .map_err(|e| pg_err(&e))?;
-            rows.iter()
-                .map(|r| ScheduleRecord::decode(r.get(0), r.get(1)))
-                .collect()
         })
     }
 }
