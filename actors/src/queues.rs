@@ -129,7 +129,11 @@ impl Queues {
     /// host offers the store for admission.
     pub(crate) fn candidates(&self, queue: &str, n: usize) -> Vec<String> {
         self.lock().get(queue).map_or_else(Vec::new, |q| {
-            q.pending.iter().take(n).map(|(_, _, r)| r.to_string()).collect()
+            q.pending
+                .iter()
+                .take(n)
+                .map(|(_, _, r)| r.to_string())
+                .collect()
         })
     }
 

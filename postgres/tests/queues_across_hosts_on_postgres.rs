@@ -98,7 +98,7 @@ async fn three(
 ) -> anyhow::Result<(Vec<Host>, Vec<usize>)> {
     let mut hosts = Vec::new();
     for i in 0..3 {
-        hosts.push(host(url, &format!("host-{i}"), gauge, queue.clone(), clock).await?);
+        hosts.push(host(url, &format!("host-{i}"), gauge, queue, clock).await?);
     }
     // Partitions settle first, so no step is cut short by a lease moving.
     let owners = support::spread_leases(url, "host-", 3, 60).await;
@@ -161,9 +161,15 @@ async fn dedup_key_holds_across_hosts() -> anyhow::Result<()> {
     let h = hosts[0].start_with::<Job>(&holder, true, opts()).await?;
     match hosts[1].start_with::<Job>("d-other", true, opts()).await {
         Err(Error::Deduplicated { run_id, key, .. }) => {
-            assert_eq!((run_id.as_str(), key.as_str()), (holder.as_str(), "invoice-7"));
+            assert_eq!(
+                (run_id.as_str(), key.as_str()),
+                (holder.as_str(), "invoice-7")
+            );
         }
-        other => panic!("a held key on another host: {:?}", other.map(|h| h.id().to_owned())),
+        other => panic!(
+            "a held key on another host: {:?}",
+            other.map(|h| h.id().to_owned())
+        ),
     }
     // The holder itself may be started again anywhere: the same run.
     hosts[2].start_with::<Job>(&holder, true, opts()).await?;

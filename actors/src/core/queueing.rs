@@ -102,7 +102,11 @@ impl Core {
             return Err(ActorError::UnknownQueue(place.queue.clone()));
         }
         let store = self.store.clone();
-        let (queue, run, key) = (place.queue.clone(), run_id.to_owned(), place.dedup_key.clone());
+        let (queue, run, key) = (
+            place.queue.clone(),
+            run_id.to_owned(),
+            place.dedup_key.clone(),
+        );
         let reserved = blocking(move || match store.admission() {
             Some(a) => a.reserve(&queue, &run, key.as_deref()),
             None => Ok(Reservation::Order(0)),
