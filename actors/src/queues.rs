@@ -7,6 +7,11 @@
 //! What is durable is each run's metadata ([`RunMeta::queue`], the
 //! [`RunState::Enqueued`] state): recovery rebuilds this state from the unfinished
 //! runs, so the limits hold across restarts and crashes.
+//!
+//! On a store that admits itself ([`reel_storage::Admission`], hosts sharing one
+//! database), the limits, keys and order numbers are the store's: this state
+//! only orders the runs this host owns and waits for ([`Queues::candidates`]),
+//! and [`Queues::granted`] records what the store admitted.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -40,6 +45,9 @@ pub(crate) struct Admission {
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
     queues: Mutex<HashMap<String, Queue>>,
+    /// One admission at a time per queue when the store admits (so two passes of
+    /// this host do not offer the same runs).
+    turns: HashMap<String, tokio::sync::Mutex<()>>,
 }
 
 #[derive(Debug, Default)]
@@ -105,7 +113,56 @@ impl Queues {
             .collect();
         Queues {
             queues: Mutex::new(queues),
+            turns: limits
+                .keys()
+                .map(|name| (name.clone(), tokio::sync::Mutex::new(())))
+                .collect(),
         }
+    }
+
+    /// The turn of `queue`'s admissions by the store (`None`: not configured).
+    pub(crate) fn turn(&self, queue: &str) -> Option<&tokio::sync::Mutex<()>> {
+        self.turns.get(queue)
+    }
+
+    /// The first `n` runs waiting on `queue`, by priority then order: what this
+    /// host offers the store for admission.
+    pub(crate) fn candidates(&self, queue: &str, n: usize) -> Vec<String> {
+        self.lock().get(queue).map_or_else(Vec::new, |q| {
+            q.pending
+                .iter()
+                .take(n)
+                .map(|(_, _, r)| r.to_string())
+                .collect()
+        })
+    }
+
+    /// The store admitted `runs`: those still waiting here count as running;
+    /// returns them.
+    pub(crate) fn granted(&self, queue: &str, runs: &[String]) -> Vec<Arc<str>> {
+        let mut queues = self.lock();
+        let Some(q) = queues.get_mut(queue) else {
+            return Vec::new();
+        };
+        let mut admitted = Vec::with_capacity(runs.len());
+        for run in runs {
+            if let Some((priority, order)) = q.places.remove(run.as_str()) {
+                let run: Arc<str> = Arc::from(run.as_str());
+                q.pending.remove(&(priority, order, run.clone()));
+                q.running.insert(run.clone());
+                admitted.push(run);
+            }
+        }
+        admitted
+    }
+
+    /// The queues with runs waiting here.
+    pub(crate) fn waiting(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, q)| !q.pending.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {

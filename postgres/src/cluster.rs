@@ -94,7 +94,7 @@ fn parts_rust(rows: &[tokio_postgres::Row]) -> BTreeSet<u16> {
         .collect()
 }
 
-/// Listens for `reel_inbox` and `reel_changed` notifications and hands them out as
+/// Listens for `reel_inbox`, `reel_changed` and `reel_queue` notifications and hands them out as
 /// [`Notice`]s; reconnects after a second when the connection drops, telling
 /// [`Notice::Missed`] (what was sent meanwhile is lost).
 pub(crate) async fn listen(
@@ -121,7 +121,7 @@ pub(crate) async fn listen(
                 }
             });
             let listening = client
-                .batch_execute("LISTEN reel_inbox; LISTEN reel_changed")
+                .batch_execute("LISTEN reel_inbox; LISTEN reel_changed; LISTEN reel_queue")
                 .await
                 .is_ok();
             if let Some(ready) = ready.take() {
@@ -132,6 +132,7 @@ pub(crate) async fn listen(
                 while let Some(n) = nrx.recv().await {
                     let notice = match n.channel() {
                         "reel_inbox" => n.payload().parse().ok().map(Notice::Mail),
+                        "reel_queue" => Some(Notice::Queue(n.payload().to_owned())),
                         _ => Some(Notice::Changed(n.payload().to_owned())),
                     };
                     if let Some(notice) = notice {

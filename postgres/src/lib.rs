@@ -22,6 +22,8 @@
 //! - `schedules`: the schedules table, written by compare-and-swap.
 //! - `listing`: pages and counts of runs by index (the listing columns of
 //!   `reel_runs`, their backfill).
+//! - `admission`: queues admitted in the database when hosts share it
+//!   ([`reel_storage::Admission`]): slots, rate window, keys, order numbers.
 //! - `cluster`: several hosts over one database ([`ClusterConfig`],
 //!   [`PgStore::join`]): leases of partitions, the inbox, the notice listener.
 //!
@@ -39,6 +41,9 @@
 //! - `reel_leases (part, owner, expires_at)`: who holds each partition until when;
 //!   `reel_hosts (host_id, expires_at)`: the live hosts' heartbeats;
 //!   `reel_inbox (id, part, run_id, mail)`: what hosts ask of runs others own.
+//! - `reel_active.queue`, `reel_active.dedup_key` (unique where a key is set),
+//!   `reel_queue_slots (run_id, queue, part)`, `reel_queue_starts (queue, at)` and
+//!   the sequence `reel_queue_order`: queues admitted across hosts (`admission`).
 //!
 //! `part` is [`partition_of`] the run id, a stable hash into [`PARTITIONS`]
 //! partitions: the unit several hosts share a database by.
@@ -66,6 +71,7 @@
 //! (after a connection lost during `COMMIT` the batch may have landed: a retry would
 //! misreport it).
 
+mod admission;
 mod cluster;
 mod listing;
 mod schedules;

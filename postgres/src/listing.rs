@@ -25,6 +25,9 @@ pub(crate) struct MetaRow {
     pub(crate) workflow: String,
     pub(crate) version: i32,
     pub(crate) parent: Option<String>,
+    /// The run's queue and de-duplication key (`reel_active`).
+    pub(crate) queue: Option<String>,
+    pub(crate) dedup_key: Option<String>,
 }
 
 impl MetaRow {
@@ -35,6 +38,8 @@ impl MetaRow {
             workflow: meta.workflow.clone(),
             version: i32::try_from(meta.version).unwrap_or(i32::MAX),
             parent: meta.parent.as_ref().map(|p| p.run_id.clone()),
+            queue: meta.queue.as_ref().map(|q| q.name.clone()),
+            dedup_key: meta.queue.as_ref().and_then(|q| q.dedup_key.clone()),
         }
     }
 }

@@ -7,10 +7,10 @@ use crate::pg_err;
 
 /// The migration level this build creates and reads. A database at a higher level
 /// was written by a newer build and is refused.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// Migration `i` takes the schema from level `i` to `i + 1`.
-const MIGRATIONS: [&str; 4] = [
+const MIGRATIONS: [&str; 5] = [
     r#"
 CREATE TABLE reel_log (
     run_id text COLLATE "C" NOT NULL,
@@ -77,10 +77,32 @@ CREATE INDEX reel_runs_status ON reel_runs (status, created_at, run_id);
 CREATE INDEX reel_runs_workflow ON reel_runs (workflow, created_at, run_id);
 CREATE INDEX reel_runs_parent ON reel_runs (parent) WHERE parent IS NOT NULL;
 "#,
+    // Queues admitted in the database (`admission`); the unique index over the
+    // keys is made by `admission::backfill`, once the columns are filled.
+    r#"
+ALTER TABLE reel_active
+    ADD COLUMN queue text COLLATE "C",
+    ADD COLUMN dedup_key text COLLATE "C";
+CREATE TABLE reel_queue_slots (
+    run_id text COLLATE "C" PRIMARY KEY,
+    queue text COLLATE "C" NOT NULL,
+    part smallint NOT NULL
+);
+CREATE INDEX reel_queue_slots_queue ON reel_queue_slots (queue);
+CREATE TABLE reel_queue_starts (
+    queue text COLLATE "C" NOT NULL,
+    at bigint NOT NULL
+);
+CREATE INDEX reel_queue_starts_queue ON reel_queue_starts (queue, at);
+CREATE SEQUENCE reel_queue_order;
+"#,
 ];
 
 /// The level whose migration adds the listing columns.
 const LISTING_LEVEL: usize = 3;
+
+/// The level whose migration adds the queue columns and tables.
+const QUEUE_LEVEL: usize = 4;
 
 /// An arbitrary constant: the advisory lock held while the schema is checked, so
 /// that two stores connecting at once do not both migrate.
@@ -139,6 +161,9 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<(), StorageError> {
         tx.batch_execute(sql).await.map_err(|e| pg_err(&e))?;
         if i == LISTING_LEVEL {
             crate::listing::backfill(&tx).await?;
+        }
+        if i == QUEUE_LEVEL {
+            crate::admission::backfill(&tx).await?;
         }
     }
     tx.execute(

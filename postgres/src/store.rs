@@ -477,6 +477,14 @@ impl Store for PgStore {
         self.member.as_ref().map(|_| self as &dyn Cluster)
     }
 
+    /// Hosts sharing the database admit to queues in it; a store not joined
+    /// leaves admission to its host, in memory.
+    fn admission(&self) -> Option<&dyn reel_storage::Admission> {
+        self.member
+            .as_ref()
+            .map(|_| self as &dyn reel_storage::Admission)
+    }
+
     fn close(&self) {
         // Dropping the sender ends the writer once the queue is drained.
         if let Ok(mut tx) = self.tx.lock() {

@@ -356,7 +356,7 @@ async fn write(
     };
     tokio::try_join!(
         log,
-        write_meta(&tx, &metas),
+        write_meta(&tx, &metas, appends),
         write_timers(&tx, &timers),
         notify,
         crate::cluster::post_in(&tx, &mails)
@@ -426,6 +426,7 @@ fn conflict_or_io(e: &tokio_postgres::Error, appends: &[&Encoded]) -> StorageErr
 async fn write_meta(
     tx: &Transaction<'_>,
     metas: &BTreeMap<&str, &(Vec<u8>, bool, MetaRow)>,
+    appends: &[&Encoded],
 ) -> Result<()> {
     if metas.is_empty() {
         return Ok(());
@@ -460,6 +461,7 @@ async fn write_meta(
     .map_err(|e| pg_err(&e))?;
     let (mut live, mut live_parts, mut live_bytes, mut done) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut queues, mut keys) = (Vec::new(), Vec::new());
     for ((run, meta), part) in metas.iter().zip(&parts) {
         if meta.1 {
             done.push(*run);
@@ -467,6 +469,8 @@ async fn write_meta(
             live.push(*run);
             live_parts.push(*part);
             live_bytes.push(meta.0.as_slice());
+            queues.push(meta.2.queue.as_deref());
+            keys.push(meta.2.dedup_key.as_deref());
         }
     }
     if !done.is_empty() {
@@ -481,15 +485,19 @@ async fn write_meta(
         tx.execute(
             &tx_stmt(
                 tx,
-                "INSERT INTO reel_active (run_id, part, meta) \
-             SELECT * FROM unnest($1::text[], $2::smallint[], $3::bytea[]) \
-             ON CONFLICT (run_id) DO UPDATE SET meta = EXCLUDED.meta",
+                "INSERT INTO reel_active (run_id, part, meta, queue, dedup_key) \
+             SELECT * FROM unnest($1::text[], $2::smallint[], $3::bytea[], $4::text[], \
+             $5::text[]) \
+             ON CONFLICT (run_id) DO UPDATE SET meta = EXCLUDED.meta, \
+             queue = EXCLUDED.queue, dedup_key = EXCLUDED.dedup_key",
             )
             .await?,
-            &[&live, &live_parts, &live_bytes],
+            &[&live, &live_parts, &live_bytes, &queues, &keys],
         )
         .await
-        .map_err(|e| pg_err(&e))?;
+        // A de-duplication key another unfinished run holds: a conflict, as
+        // for a taken run id (the batch is retried one append at a time).
+        .map_err(|e| conflict_or_io(&e, appends))?;
     }
     Ok(())
 }

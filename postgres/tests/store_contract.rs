@@ -201,6 +201,7 @@ async fn listing_columns_are_filled_on_upgrade() {
     }
     s.close();
     // Back to schema level 3, as an older build left it, with one damaged row.
+    support::execute(&url, BACK_TO_LEVEL_4).await;
     support::execute(
         &url,
         "ALTER TABLE reel_runs DROP COLUMN created_at, DROP COLUMN status, \
@@ -225,4 +226,99 @@ async fn listing_columns_are_filled_on_upgrade() {
         2
     );
     s.close();
+}
+
+/// Undoes migration 5 (queues admitted in the database).
+const BACK_TO_LEVEL_4: &str = "ALTER TABLE reel_active DROP COLUMN queue, DROP COLUMN dedup_key; \
+     DROP TABLE reel_queue_slots, reel_queue_starts; DROP SEQUENCE reel_queue_order; \
+     UPDATE reel_schema SET value = '4' WHERE key = 'schema'";
+
+/// A database written before queues were admitted in it gets its unfinished runs'
+/// queue columns filled, the order sequence past their order numbers, and the
+/// keys made unique.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_columns_are_filled_on_upgrade() {
+    use reel_storage::{Append, Event, Payload, QueueEntry, RunMeta, RunState};
+    let url = support::database("queue_backfill").await;
+    let s = PgStore::connect(&url).await.expect("create");
+    let runs = [
+        ("q-a", RunState::Enqueued, Some("k"), 40),
+        ("q-b", RunState::Running, None, 41),
+    ];
+    for (run_id, state, key, order) in runs {
+        s.submit(Append {
+            run_id: run_id.into(),
+            expected_seq: Some(0),
+            events: vec![Event::RunStarted {
+                workflow: "w".into(),
+                version: 1,
+                input: Payload::default(),
+            }],
+            meta: Some(RunMeta {
+                run_id: run_id.into(),
+                workflow: "w".into(),
+                version: 1,
+                state,
+                created_at: 10,
+                updated_at: 10,
+                parent: None,
+                segment_start: 0,
+                segment: 0,
+                queue: Some(QueueEntry {
+                    name: "q".into(),
+                    priority: 0,
+                    order,
+                    dedup_key: key.map(str::to_owned),
+                }),
+            }),
+            durable: true,
+            ..Append::default()
+        })
+        .await
+        .expect("write");
+    }
+    s.close();
+    support::execute(&url, BACK_TO_LEVEL_4).await;
+    let s = PgStore::connect(&url).await.expect("upgrade");
+    s.close();
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let rows = client
+        .query(
+            "SELECT run_id, queue, dedup_key FROM reel_active ORDER BY run_id",
+            &[],
+        )
+        .await
+        .expect("rows");
+    let found: Vec<(String, Option<String>, Option<String>)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let q = Some("q".to_owned());
+    assert_eq!(
+        found,
+        [
+            ("q-a".to_owned(), q.clone(), Some("k".to_owned())),
+            ("q-b".to_owned(), q, None)
+        ]
+    );
+    let next: i64 = client
+        .query_one("SELECT nextval('reel_queue_order')", &[])
+        .await
+        .expect("order")
+        .get(0);
+    assert_eq!(next, 42, "new runs are ordered after the unfinished ones");
+    let unique: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'reel_active_dedup'",
+            &[],
+        )
+        .await
+        .expect("index")
+        .get(0);
+    assert_eq!(unique, 1);
+    drop(client);
+    let _ = task.await;
 }

@@ -152,6 +152,9 @@ pub enum Notice {
     Mail(u16),
     /// A run's state changed (its metadata was written).
     Changed(String),
+    /// A slot of this queue was given back ([`Admission`](crate::Admission)):
+    /// runs waiting for it may be admitted now.
+    Queue(String),
     /// Notices may have been missed (the listening connection dropped): read
     /// everything again.
     Missed,

@@ -34,10 +34,13 @@
 //!   reusable checks run against fjall, [`MemStore`] and PostgreSQL.
 //! - `cluster`: [`Cluster`], what a store several hosts share adds: partitions
 //!   ([`partition_of`]), leases, the inbox of [`Mail`] and [`Notice`]s.
+//! - `admission`: [`Admission`], what a shared store adds so that queues admit
+//!   across every host (slots, rate window, de-duplication keys, order numbers).
 //! - `copy`: [`copy_store`], an offline copy of a whole store into another
 //!   (between any two backends).
 //! - `error`: [`StorageError`].
 
+mod admission;
 mod clock;
 mod cluster;
 mod copy;
@@ -57,6 +60,7 @@ pub mod testing;
 #[cfg(feature = "validation")]
 pub mod validation;
 
+pub use admission::{Admission, Grant, QueueLimit, Reservation};
 pub use clock::{Activity, Busy, Clock, Sleep, SystemClock, from_ms, to_ms};
 pub use cluster::{Cluster, LeaseChange, Letter, Mail, Notice, PARTITIONS, partition_of};
 pub use copy::{CopyError, CopyReport, copy_store};

@@ -277,4 +277,11 @@ pub trait Store:
     fn cluster(&self) -> Option<&dyn crate::Cluster> {
         None
     }
+
+    /// The store's [`Admission`](crate::Admission) when queues are admitted by the
+    /// store (hosts sharing it); `None` (the default) when the host admits alone,
+    /// in memory.
+    fn admission(&self) -> Option<&dyn crate::Admission> {
+        None
+    }
 }

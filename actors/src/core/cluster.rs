@@ -173,6 +173,11 @@ impl Core {
                             core.drain_inbox().await;
                         }
                     }
+                    Some(Ok(Notice::Queue(queue))) => {
+                        if core.queues.waiting().contains(&queue) {
+                            core.admit_later(queue, core.busy());
+                        }
+                    }
                     Some(Err(RecvError::Closed)) => return,
                     // Missed notices, or the poll: read everything again (what
                     // runs owned here do, they tell themselves).
@@ -184,6 +189,13 @@ impl Core {
                         }
                         core.follow_remote_logs(None).await;
                         core.drain_inbox().await;
+                        // Slots given back elsewhere are heard of by notice,
+                        // which can be lost.
+                        if core.store.admission().is_some() {
+                            for queue in core.queues.waiting() {
+                                core.admit_later(queue, core.busy());
+                            }
+                        }
                     }
                 }
             }

@@ -8,11 +8,21 @@
 //! start-up, and when the rate window has room again (a wait on the host's clock).
 //! A run whose admission fails (a storage error) gives its slot to the runs behind
 //! it and is admitted again, in its place, after a backoff on the host's clock.
+//!
+//! On a store that admits itself ([`reel_storage::Admission`]: hosts sharing one
+//! database), order numbers and the de-duplication check come from the store,
+//! and admission offers the store this host's waiting runs in order: it grants
+//! what the queue's limits allow across every host (`admit_shared`). A run's end
+//! gives its slot back in the store, which tells the other hosts; they also
+//! offer their waiting runs at every inbox poll.
 
 use super::*;
 use crate::message::Admit;
 use crate::queues::QueueLimits;
-use reel_storage::QueueEntry;
+use reel_storage::{Grant, QueueEntry, QueueLimit, Reservation};
+
+/// Waiting runs offered to a store that admits, per pass.
+const OFFER: usize = 64;
 
 /// Where a run is started: its queue, priority and de-duplication key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -47,9 +57,14 @@ impl Core {
         self.check_open()?;
         check_run_id(run_id)?;
         self.check_registered(workflow, version)?;
-        let order = self
-            .queues
-            .reserve(&place.queue, run_id, place.dedup_key.as_ref())?;
+        let shared = self.store.admission().is_some();
+        let order = if shared {
+            self.reserve_shared(&place, run_id).await?
+        } else {
+            self.queues
+                .reserve(&place.queue, run_id, place.dedup_key.as_ref())?
+        };
+        let (queue, key) = (place.queue.clone(), place.dedup_key.clone());
         let (mut meta, events) = self.new_run(workflow, version, run_id, input, None, deadline);
         meta.state = RunState::Enqueued;
         meta.queue = Some(QueueEntry {
@@ -59,10 +74,52 @@ impl Core {
             dedup_key: place.dedup_key,
         });
         let created = self.create(meta, events).await;
-        if !matches!(created, Ok(Started::Created)) {
-            self.queues.unreserve(&place.queue, run_id);
+        if shared {
+            // The store refused the creation without a run of this id: another
+            // host's run took the key since the check.
+            if let (Err(ActorError::UnknownRun(_)), Some(key)) = (&created, key) {
+                let store = self.store.clone();
+                let (q, k) = (queue.clone(), key.clone());
+                let holder = blocking(move || match store.admission() {
+                    Some(a) => a.key_holder(&q, &k),
+                    None => Ok(None),
+                })
+                .await?;
+                if let Some(run_id) = holder {
+                    return Err(ActorError::Deduplicated { queue, key, run_id });
+                }
+            }
+        } else if !matches!(created, Ok(Started::Created)) {
+            self.queues.unreserve(&queue, run_id);
         }
         created
+    }
+
+    /// The order number of a new run on a store that admits: checks the queue
+    /// here and the key in the store.
+    async fn reserve_shared(&self, place: &QueuePlace, run_id: &str) -> Result<u64, ActorError> {
+        if !self.options.queues.contains_key(&place.queue) {
+            return Err(ActorError::UnknownQueue(place.queue.clone()));
+        }
+        let store = self.store.clone();
+        let (queue, run, key) = (
+            place.queue.clone(),
+            run_id.to_owned(),
+            place.dedup_key.clone(),
+        );
+        let reserved = blocking(move || match store.admission() {
+            Some(a) => a.reserve(&queue, &run, key.as_deref()),
+            None => Ok(Reservation::Order(0)),
+        })
+        .await?;
+        match reserved {
+            Reservation::Order(order) => Ok(order),
+            Reservation::HeldBy(holder) => Err(ActorError::Deduplicated {
+                queue: place.queue.clone(),
+                key: place.dedup_key.clone().unwrap_or_default(),
+                run_id: holder,
+            }),
+        }
     }
 
     /// The limits of a configured queue.
@@ -88,13 +145,73 @@ impl Core {
         if self.is_closing() {
             return;
         }
+        if self.store.admission().is_some() {
+            return self.admit_shared(queue).await;
+        }
         let admission = self.queues.take(queue, self.options.clock.now_ms());
-        if let Some(at) = admission.retry_at
+        self.look_again_at(queue, admission.retry_at);
+        self.deliver_admits(queue, admission.runs).await;
+    }
+
+    /// Admission by the store: offers it this host's first waiting runs, in
+    /// order, until it grants fewer than offered.
+    async fn admit_shared(&self, queue: &str) {
+        let Some(turn) = self.queues.turn(queue) else {
+            return;
+        };
+        let _turn = turn.lock().await;
+        let limits = self.queue_limits(queue).unwrap_or_default();
+        let limit = QueueLimit {
+            concurrency: limits
+                .concurrency
+                .map(|c| u32::try_from(c).unwrap_or(u32::MAX)),
+            rate: limits
+                .rate_limit
+                .map(|(n, p)| (n, u64::try_from(p.as_millis()).unwrap_or(u64::MAX))),
+        };
+        while !self.is_closing() {
+            let candidates = self.queues.candidates(queue, OFFER);
+            if candidates.is_empty() {
+                return;
+            }
+            let (store, q, offered) = (self.store.clone(), queue.to_owned(), candidates.len());
+            let now = self.options.clock.now_ms();
+            let grant = blocking(move || match store.admission() {
+                Some(a) => a.acquire(&q, limit, now, &candidates),
+                None => Ok(Grant::default()),
+            })
+            .await;
+            let grant = match grant {
+                Ok(grant) => grant,
+                Err(e) => {
+                    // Offered again at the next inbox poll.
+                    tracing::warn!(queue, error = %e, "reel: queue admission failed; retrying");
+                    return;
+                }
+            };
+            self.look_again_at(queue, grant.retry_at);
+            let all = grant.admitted.len() == offered;
+            let runs = self.queues.granted(queue, &grant.admitted);
+            self.deliver_admits(queue, runs).await;
+            if !all {
+                return;
+            }
+        }
+    }
+
+    /// Admits again at `at` (the rate window has room then), unless a look at or
+    /// before it is scheduled.
+    fn look_again_at(&self, queue: &str, at: Option<u64>) {
+        if let Some(at) = at
             && self.queues.schedule_wake(queue, at)
         {
             self.wake_queue_at(queue.to_owned(), at);
         }
-        let admits = admission.runs.into_iter().map(|run| async move {
+    }
+
+    /// Sends each admitted run `Admit`.
+    async fn deliver_admits(&self, queue: &str, runs: Vec<Arc<str>>) {
+        let admits = runs.into_iter().map(|run| async move {
             match self.deliver(&run, Admit).await {
                 Ok(()) | Err(ActorError::Shutdown) => {}
                 Err(e) => self.admission_failed(queue, &run, e).await,
@@ -112,7 +229,29 @@ impl Core {
             Ok(Some(m)) if m.state.is_finished() => self.queue_ended(queue, run_id),
             Ok(None) => self.queue_ended(queue, run_id),
             Ok(Some(m)) if m.state != RunState::Enqueued => self.queues.not_aside(queue, run_id),
-            Ok(Some(_)) | Err(_) => self.retry_admission(queue, run_id, &error),
+            Ok(Some(_)) => {
+                // Still enqueued: its slot in the store goes to the next run too.
+                self.release_slot(queue, run_id).await;
+                self.retry_admission(queue, run_id, &error);
+            }
+            // Its state unknown, a slot in the store stays held until it is
+            // admitted again or found ended.
+            Err(_) => self.retry_admission(queue, run_id, &error),
+        }
+    }
+
+    /// Gives `run_id`'s slot back in a store that admits (nothing otherwise).
+    async fn release_slot(&self, queue: &str, run_id: &str) {
+        let store = self.store.clone();
+        let (q, run) = (queue.to_owned(), run_id.to_owned());
+        let released = blocking(move || match store.admission() {
+            Some(a) => a.release(&q, &run),
+            None => Ok(()),
+        })
+        .await;
+        if let Err(e) = released {
+            // Reclaimed by a later admission once the run has ended.
+            tracing::warn!(run_id, queue, error = %e, "reel: could not give a queue slot back");
         }
     }
 
@@ -186,6 +325,21 @@ impl Core {
 
     /// A run of `queue` ended (or left it unadmitted): its slot goes to the next.
     pub(crate) fn queue_ended(&self, queue: &str, run_id: &str) {
+        if self.store.admission().is_some() {
+            // The slot is the store's (this host may not have admitted the run).
+            self.queues.ended(queue, run_id);
+            let Some(core) = self.me.upgrade() else {
+                return;
+            };
+            let busy = self.activity.enter();
+            let (queue, run_id) = (queue.to_owned(), run_id.to_owned());
+            tokio::spawn(async move {
+                let _busy = busy;
+                core.release_slot(&queue, &run_id).await;
+                core.admit(&queue).await;
+            });
+            return;
+        }
         if self.queues.ended(queue, run_id) {
             self.admit_later(queue.to_owned(), self.activity.enter());
         }
