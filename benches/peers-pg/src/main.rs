@@ -445,11 +445,25 @@ fn main() -> BenchResult<()> {
         let (three, _) = reel_hosts(&support::database("reel_tp3r").await).await?;
         let reel_rr = reel_throughput(three, "tp3r", runs, |i, _| i % 3).await?;
         println!("reel throughput, 3 hosts, runs started round-robin: {reel_rr:.0} steps/s");
+        let b = dbos_instance(&support::database("dbos").await).await?;
+        let (dbos_seq, dbos_tp) = dbos_figures(&b, seq, runs).await?;
+        b.instance.shutdown().await;
+        println!(
+            "dbos sequential: {:.3} ms/step; throughput: {dbos_tp:.0} steps/s",
+            ms(dbos_seq)
+        );
         let (reel_starts_s, reel_delivered) =
             reel_starts(&support::database("reel_wait").await, waiting, in_flight).await?;
         println!(
             "reel starts: {reel_starts_s:.0} runs/s; signal all -> all complete: {:.0} ms",
             ms(reel_delivered)
+        );
+        let b = dbos_instance(&support::database("dbos_wait").await).await?;
+        let (dbos_starts_s, dbos_delivered) = dbos_starts(&b, waiting, in_flight).await?;
+        b.instance.shutdown().await;
+        println!(
+            "dbos starts: {dbos_starts_s:.0} runs/s; send all -> all complete: {:.0} ms",
+            ms(dbos_delivered)
         );
         let (reel_first, reel_last) =
             reel_entity(&support::database("reel_entity").await, signals).await?;
@@ -459,20 +473,6 @@ fn main() -> BenchResult<()> {
             ms(reel_last)
         );
 
-        let b = dbos_instance(&support::database("dbos").await).await?;
-        let (dbos_seq, dbos_tp) = dbos_figures(&b, seq, runs).await?;
-        b.instance.shutdown().await;
-        println!(
-            "dbos sequential: {:.3} ms/step; throughput: {dbos_tp:.0} steps/s",
-            ms(dbos_seq)
-        );
-        let b = dbos_instance(&support::database("dbos_wait").await).await?;
-        let (dbos_starts_s, dbos_delivered) = dbos_starts(&b, waiting, in_flight).await?;
-        b.instance.shutdown().await;
-        println!(
-            "dbos starts: {dbos_starts_s:.0} runs/s; send all -> all complete: {:.0} ms",
-            ms(dbos_delivered)
-        );
         let b = dbos_instance(&support::database("dbos_entity").await).await?;
         let (dbos_first, dbos_last) = dbos_entity_loop(&b, signals).await?;
         b.instance.shutdown().await;
