@@ -21,58 +21,12 @@ use std::collections::HashSet;
 
 use reel_storage::{Admission, Grant, QueueLimit, Reservation, Result, StorageError};
 
-use crate::store::PgStore;
+use crate::PgStore;
 use crate::{partition_of, pg_err, stmt};
 
 /// The first key of the advisory locks of queues (the second is the hash of the
 /// queue's name): "reel" in ASCII.
 const LOCK_CLASS: i32 = 0x7265_656c;
-
-/// The part of migration 5 that needs the runs' metadata decoded: fills the queue
-/// columns of the unfinished runs, moves the order sequence past their order
-/// numbers, then makes the keys unique. Of two unfinished runs holding one key
-/// (hosts that admitted per host could let that happen), the first keeps it.
-pub(crate) async fn backfill(tx: &tokio_postgres::Transaction<'_>) -> Result<()> {
-    let rows = tx
-        .query("SELECT run_id, meta FROM reel_active", &[])
-        .await
-        .map_err(|e| pg_err(&e))?;
-    let scan = crate::store::scan_meta("active", &rows);
-    let mut seen: HashSet<(String, String)> = HashSet::new();
-    let mut max_order: Option<u64> = None;
-    let (mut ids, mut queues, mut keys) = (Vec::new(), Vec::new(), Vec::new());
-    for meta in &scan.items {
-        let Some(entry) = &meta.queue else { continue };
-        max_order = max_order.max(Some(entry.order));
-        let key = entry
-            .dedup_key
-            .clone()
-            .filter(|k| seen.insert((entry.name.clone(), k.clone())));
-        ids.push(meta.run_id.as_str());
-        queues.push(entry.name.as_str());
-        keys.push(key);
-    }
-    tx.execute(
-        "UPDATE reel_active AS a SET queue = v.queue, dedup_key = v.dedup_key \
-         FROM unnest($1::text[], $2::text[], $3::text[]) AS v(run_id, queue, dedup_key) \
-         WHERE a.run_id = v.run_id",
-        &[&ids, &queues, &keys],
-    )
-    .await
-    .map_err(|e| pg_err(&e))?;
-    if let Some(max) = max_order {
-        let next = i64::try_from(max.saturating_add(1)).unwrap_or(i64::MAX);
-        tx.execute("SELECT setval('reel_queue_order', $1, false)", &[&next])
-            .await
-            .map_err(|e| pg_err(&e))?;
-    }
-    tx.batch_execute(
-        "CREATE UNIQUE INDEX reel_active_dedup ON reel_active (queue, dedup_key) \
-         WHERE dedup_key IS NOT NULL",
-    )
-    .await
-    .map_err(|e| pg_err(&e))
-}
 
 impl PgStore {
     fn holder(&self, queue: &str, key: &str, except: &str) -> Result<Option<String>> {

@@ -16,6 +16,12 @@
 //! ```
 //!
 //! # Layout
+//! The modules form no import circle. Leaves: `rows` (pooled connections, sequence
+//! numbers, metadata and timer scans), `membership` ([`ClusterConfig`], the
+//! partitions held, the notice listener, the lease fence and inbox posts a write
+//! makes), `listing`, and `schema` above it; `writer` uses those; `store` uses
+//! everything below it; `cluster`, `admission` and `schedules` add trait impls to
+//! [`PgStore`].
 //! - `schema`: the tables, their migrations and the format check ([`SCHEMA_VERSION`]).
 //! - `store`: [`PgStore`]: connection pool, sync reads, `close`.
 //! - `writer`: the group-commit writer task.
@@ -24,8 +30,11 @@
 //!   `reel_runs`, their backfill).
 //! - `admission`: queues admitted in the database when hosts share it
 //!   ([`reel_storage::Admission`]): slots, rate window, keys, order numbers.
-//! - `cluster`: several hosts over one database ([`ClusterConfig`],
-//!   [`PgStore::join`]): leases of partitions, the inbox, the notice listener.
+//! - `membership`: what a joined store knows of its hosts, and the statements a
+//!   write needs of it (the lease fence, inbox posts).
+//! - `cluster`: several hosts over one database ([`PgStore::join`], the `Cluster`
+//!   trait): leases of partitions, the inbox.
+//! - `rows`: row helpers every module shares.
 //!
 //! # Tables
 //! - `reel_schema (key, value)`: `format` (the log format, [`reel_storage::FORMAT_VERSION`])
@@ -74,12 +83,14 @@
 mod admission;
 mod cluster;
 mod listing;
+mod membership;
+mod rows;
 mod schedules;
 mod schema;
 mod store;
 mod writer;
 
-pub use cluster::ClusterConfig;
+pub use membership::ClusterConfig;
 pub use reel_storage::PARTITIONS;
 pub use schema::SCHEMA_VERSION;
 pub use store::PgStore;

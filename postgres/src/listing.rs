@@ -104,7 +104,7 @@ pub(crate) async fn page(c: &Object, query: &RunQuery) -> Result<MetaPage> {
         .map(|p| p.as_ref() as &(dyn ToSql + Sync))
         .collect();
     let rows = c.query(&sql, &refs).await.map_err(|e| pg_err(&e))?;
-    let scan = crate::store::scan_meta("runs", &rows);
+    let scan = crate::rows::scan_meta("runs", &rows);
     let mut page = MetaPage {
         corrupt: scan.corrupt,
         ..MetaPage::default()
@@ -156,7 +156,7 @@ pub(crate) async fn backfill(tx: &tokio_postgres::Transaction<'_>) -> Result<()>
         )
         .await
         .map_err(|e| pg_err(&e))?;
-    let scan = crate::store::scan_meta("runs", &rows);
+    let scan = crate::rows::scan_meta("runs", &rows);
     for chunk in scan.items.chunks(1000) {
         let rows: Vec<MetaRow> = chunk.iter().map(MetaRow::of).collect();
         let ids: Vec<&str> = chunk.iter().map(|m| m.run_id.as_str()).collect();

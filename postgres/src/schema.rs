@@ -1,5 +1,7 @@
 //! The tables and their migrations, and the format check made on every connect.
 
+use std::collections::HashSet;
+
 use reel_storage::{FORMAT_VERSION, StorageError, UPGRADABLE_FORMATS};
 use tokio_postgres::Client;
 
@@ -78,7 +80,7 @@ CREATE INDEX reel_runs_workflow ON reel_runs (workflow, created_at, run_id);
 CREATE INDEX reel_runs_parent ON reel_runs (parent) WHERE parent IS NOT NULL;
 "#,
     // Queues admitted in the database (`admission`); the unique index over the
-    // keys is made by `admission::backfill`, once the columns are filled.
+    // keys is made by `fill_queue_columns`, once the columns are filled.
     r#"
 ALTER TABLE reel_active
     ADD COLUMN queue text COLLATE "C",
@@ -163,7 +165,7 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<(), StorageError> {
             crate::listing::backfill(&tx).await?;
         }
         if i == QUEUE_LEVEL {
-            crate::admission::backfill(&tx).await?;
+            fill_queue_columns(&tx).await?;
         }
     }
     tx.execute(
@@ -174,4 +176,50 @@ pub(crate) async fn migrate(client: &mut Client) -> Result<(), StorageError> {
     .await
     .map_err(|e| pg_err(&e))?;
     tx.commit().await.map_err(|e| pg_err(&e))
+}
+
+/// The part of migration 5 that needs the runs' metadata decoded: fills the queue
+/// columns of the unfinished runs, moves the order sequence past their order
+/// numbers, then makes the keys unique. Of two unfinished runs holding one key
+/// (hosts that admitted per host could let that happen), the first keeps it.
+async fn fill_queue_columns(tx: &tokio_postgres::Transaction<'_>) -> Result<(), StorageError> {
+    let rows = tx
+        .query("SELECT run_id, meta FROM reel_active", &[])
+        .await
+        .map_err(|e| pg_err(&e))?;
+    let scan = crate::rows::scan_meta("active", &rows);
+    let mut seen: HashSet<(String, String)> = HashSet::new();
+    let mut max_order: Option<u64> = None;
+    let (mut ids, mut queues, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+    for meta in &scan.items {
+        let Some(entry) = &meta.queue else { continue };
+        max_order = max_order.max(Some(entry.order));
+        let key = entry
+            .dedup_key
+            .clone()
+            .filter(|k| seen.insert((entry.name.clone(), k.clone())));
+        ids.push(meta.run_id.as_str());
+        queues.push(entry.name.as_str());
+        keys.push(key);
+    }
+    tx.execute(
+        "UPDATE reel_active AS a SET queue = v.queue, dedup_key = v.dedup_key \
+         FROM unnest($1::text[], $2::text[], $3::text[]) AS v(run_id, queue, dedup_key) \
+         WHERE a.run_id = v.run_id",
+        &[&ids, &queues, &keys],
+    )
+    .await
+    .map_err(|e| pg_err(&e))?;
+    if let Some(max) = max_order {
+        let next = i64::try_from(max.saturating_add(1)).unwrap_or(i64::MAX);
+        tx.execute("SELECT setval('reel_queue_order', $1, false)", &[&next])
+            .await
+            .map_err(|e| pg_err(&e))?;
+    }
+    tx.batch_execute(
+        "CREATE UNIQUE INDEX reel_active_dedup ON reel_active (queue, dedup_key) \
+         WHERE dedup_key IS NOT NULL",
+    )
+    .await
+    .map_err(|e| pg_err(&e))
 }

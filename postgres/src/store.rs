@@ -9,13 +9,13 @@ use reel_storage::listing::{MetaPage, RunQuery};
 use reel_storage::{
     Append, Cluster, CommitListener, Event, LogReader, LogSize, LogWriter, MetaReader, Record,
     Result, RunMeta, Scan, StatusKind, StorageError, Store, Ticket, TimerEntry, TimerReader,
-    decode_timer_key,
 };
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 
-use crate::cluster::{ClusterConfig, Membership, listen};
+use crate::membership::{ClusterConfig, Membership, listen};
+use crate::rows::{get, scan_meta, scan_timers, seq_sql};
 use crate::writer::{Encoded, Listener, Request, writer_loop};
 use crate::{pg_err, schema, stmt};
 
@@ -156,20 +156,7 @@ impl PgStore {
     }
 }
 
-/// A connection from the pool.
-pub(crate) async fn get(pool: &Pool) -> Result<Object> {
-    pool.get().await.map_err(|e| match e {
-        deadpool_postgres::PoolError::Backend(e) => pg_err(&e),
-        deadpool_postgres::PoolError::Closed => StorageError::Closed,
-        e => StorageError::Io(format!("postgres pool: {e}")),
-    })
-}
-
-/// A sequence number as stored (`bigint`).
-pub(crate) fn seq_sql(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
-}
-
+/// A sequence number as read back.
 fn seq_rust(seq: i64) -> u64 {
     u64::try_from(seq).unwrap_or(0)
 }
@@ -361,23 +348,6 @@ impl LogReader for PgStore {
     }
 }
 
-/// Decodes `(run_id, meta)` rows of `reel_runs` or `reel_active`; one that does not
-/// decode is reported, not fatal.
-pub(crate) fn scan_meta(keyspace: &str, rows: &[tokio_postgres::Row]) -> Scan<RunMeta> {
-    let mut scan = Scan::default();
-    for row in rows {
-        let run: &str = row.get(0);
-        match RunMeta::decode(keyspace, run.as_bytes(), row.get(1)) {
-            Ok(meta) => scan.items.push(meta),
-            Err(bad) => {
-                tracing::error!(record = %bad, "reel: skipping a corrupt metadata record");
-                scan.corrupt.push(bad);
-            }
-        }
-    }
-    scan
-}
-
 impl MetaReader for PgStore {
     fn get_run(&self, run_id: &str) -> Result<Option<RunMeta>> {
         let run = run_id.to_owned();
@@ -448,22 +418,6 @@ impl TimerReader for PgStore {
             Ok(scan_timers(&rows))
         })
     }
-}
-
-/// Decodes `(key)` rows of `reel_timers`; a key that does not decode is reported,
-/// not fatal.
-pub(crate) fn scan_timers(rows: &[tokio_postgres::Row]) -> Scan<TimerEntry> {
-    let mut scan = Scan::default();
-    for row in rows {
-        match decode_timer_key(row.get(0)) {
-            Ok(t) => scan.items.push(t),
-            Err(bad) => {
-                tracing::error!(record = %bad, "reel: skipping a corrupt timer key");
-                scan.corrupt.push(bad);
-            }
-        }
-    }
-    scan
 }
 
 impl Store for PgStore {

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 
 use crate::listing::MetaRow;
-use crate::store::{get, seq_sql};
+use crate::rows::{get, seq_sql};
 use crate::{partition_of, pg_err, tx_stmt};
 
 const MAX_BATCH: usize = 4096;
@@ -264,7 +264,7 @@ async fn write(
     };
     let leased = async {
         match fence {
-            Some(host) => crate::cluster::fence(&tx, host, &fenced).await,
+            Some(host) => crate::membership::fence(&tx, host, &fenced).await,
             None => Ok(Default::default()),
         }
     };
@@ -359,7 +359,7 @@ async fn write(
         write_meta(&tx, &metas, appends),
         write_timers(&tx, &timers),
         notify,
-        crate::cluster::post_in(&tx, &mails)
+        crate::membership::post_in(&tx, &mails)
     )?;
     tx.commit().await.map_err(|e| pg_err(&e))?;
     Ok(outcomes)
