@@ -3,7 +3,7 @@
 //!
 //! 1. Latency of one durable append (submit + await the ticket, one ~100-byte event,
 //!    sequential) against a raw `keyspace.insert` + `db.persist(SyncData)`.
-//! 2. Throughput of 1, 100 and 10,000 concurrent appenders (tokio tasks, each doing
+//! 2. Throughput of 1, 2, 4, 16, 100 and 10,000 concurrent appenders (tokio tasks, each doing
 //!    sequential durable appends to its own run) against raw fjall batches of as
 //!    many inserts as there are appenders, each committed with `SyncData`.
 //!
@@ -26,7 +26,7 @@ struct Config {
     /// Events per throughput measurement; each appender does `total / appenders` (at
     /// least one).
     total_events: usize,
-    concurrency: [usize; 3],
+    concurrency: [usize; 6],
 }
 
 impl Config {
@@ -36,7 +36,7 @@ impl Config {
             quick,
             latency_iters: if quick { 200 } else { 2_000 },
             total_events: if quick { 10_000 } else { 50_000 },
-            concurrency: [1, 100, 10_000],
+            concurrency: [1, 2, 4, 16, 100, 10_000],
         }
     }
 }
