@@ -85,6 +85,15 @@ impl MemStore {
         }
         Ok(f(&st))
     }
+
+    /// [`MemStore::read`] for a change.
+    fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> Result<T> {
+        let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
+        if st.closed {
+            return Err(StorageError::Closed);
+        }
+        Ok(f(&mut st))
+    }
 }
 
 impl LogWriter for MemStore {
@@ -260,12 +269,9 @@ impl Store for MemStore {
 
 impl crate::ScheduleStore for MemStore {
     fn put_schedule(&self, schedule: &crate::ScheduleRecord) -> Result<()> {
-        let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
-        if st.closed {
-            return Err(StorageError::Closed);
-        }
-        st.schedules.insert(schedule.id.clone(), schedule.clone());
-        Ok(())
+        self.write(|st| {
+            st.schedules.insert(schedule.id.clone(), schedule.clone());
+        })
     }
 
     fn swap_schedule(
@@ -273,15 +279,13 @@ impl crate::ScheduleStore for MemStore {
         expected: Option<&crate::ScheduleRecord>,
         new: &crate::ScheduleRecord,
     ) -> Result<bool> {
-        let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
-        if st.closed {
-            return Err(StorageError::Closed);
-        }
-        if st.schedules.get(&new.id) != expected {
-            return Ok(false);
-        }
-        st.schedules.insert(new.id.clone(), new.clone());
-        Ok(true)
+        self.write(|st| {
+            let swaps = st.schedules.get(&new.id) == expected;
+            if swaps {
+                st.schedules.insert(new.id.clone(), new.clone());
+            }
+            swaps
+        })
     }
 
     fn get_schedule(&self, id: &str) -> Result<Option<crate::ScheduleRecord>> {
@@ -289,12 +293,9 @@ impl crate::ScheduleStore for MemStore {
     }
 
     fn delete_schedule(&self, id: &str) -> Result<()> {
-        let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
-        if st.closed {
-            return Err(StorageError::Closed);
-        }
-        st.schedules.remove(id);
-        Ok(())
+        self.write(|st| {
+            st.schedules.remove(id);
+        })
     }
 
     fn list_schedules(&self) -> Result<Vec<crate::ScheduleRecord>> {

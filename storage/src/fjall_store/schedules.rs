@@ -10,11 +10,7 @@ use crate::{ScheduleRecord, ScheduleStore};
 impl ScheduleStore for FjallStore {
     fn put_schedule(&self, schedule: &ScheduleRecord) -> Result<()> {
         let _one_at_a_time = self.schedule_writes();
-        let ks = self.keyspaces()?;
-        ks.schedules
-            .insert(schedule.id.as_bytes(), schedule.encode()?)?;
-        ks.db.persist(PersistMode::SyncAll)?;
-        Ok(())
+        self.write_schedule(schedule)
     }
 
     fn swap_schedule(
@@ -28,9 +24,7 @@ impl ScheduleStore for FjallStore {
         if self.get_schedule(&new.id)?.as_ref() != expected {
             return Ok(false);
         }
-        let ks = self.keyspaces()?;
-        ks.schedules.insert(new.id.as_bytes(), new.encode()?)?;
-        ks.db.persist(PersistMode::SyncAll)?;
+        self.write_schedule(new)?;
         Ok(true)
     }
 
@@ -65,6 +59,15 @@ impl ScheduleStore for FjallStore {
 }
 
 impl FjallStore {
+    /// Stores and fsyncs a schedule; the caller holds [`FjallStore::schedule_writes`].
+    fn write_schedule(&self, schedule: &ScheduleRecord) -> Result<()> {
+        let ks = self.keyspaces()?;
+        ks.schedules
+            .insert(schedule.id.as_bytes(), schedule.encode()?)?;
+        ks.db.persist(PersistMode::SyncAll)?;
+        Ok(())
+    }
+
     /// Serializes this process's schedule writes (see `swap_schedule`).
     fn schedule_writes(&self) -> std::sync::MutexGuard<'_, ()> {
         self.schedule_lock
