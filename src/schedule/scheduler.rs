@@ -109,7 +109,9 @@ impl Scheduler {
         let now = core.clock().now_ms();
         let mut wake: Option<u64> = None;
         // On a shared store each schedule is fired by one host: the one leasing
-        // its id's partition. Leases move, so look again at least this often.
+        // its id's partition. Look again at least this often: leases move, and
+        // a schedule created or changed on another host wakes only that host's
+        // scheduler.
         if let Some(recheck) = core.lead_recheck() {
             wake = Some(now.saturating_add(u64::try_from(recheck.as_millis()).unwrap_or(u64::MAX)));
         }

@@ -89,7 +89,8 @@ impl Core {
     }
 
     /// How often a host sharing its store must look again at what it leads
-    /// (partitions come and go with their leases); `None` on a store of its own.
+    /// (partitions come and go with their leases, and what other hosts change is
+    /// not told here); `None` on a store of its own.
     pub fn lead_recheck(&self) -> Option<Duration> {
         self.cluster()
             .map(|c| (c.lease_ttl() / 3).max(Duration::from_millis(100)))
