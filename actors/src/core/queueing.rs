@@ -78,13 +78,10 @@ impl Core {
             // The store refused the creation without a run of this id: another
             // host's run took the key since the check.
             if let (Err(ActorError::UnknownRun(_)), Some(key)) = (&created, key) {
-                let store = self.store.clone();
                 let (q, k) = (queue.clone(), key.clone());
-                let holder = blocking(move || match store.admission() {
-                    Some(a) => a.key_holder(&q, &k),
-                    None => Ok(None),
-                })
-                .await?;
+                let holder = self
+                    .on_admission(None, move |a| a.key_holder(&q, &k))
+                    .await?;
                 if let Some(run_id) = holder {
                     return Err(ActorError::Deduplicated { queue, key, run_id });
                 }
@@ -101,17 +98,16 @@ impl Core {
         if !self.options.queues.contains_key(&place.queue) {
             return Err(ActorError::UnknownQueue(place.queue.clone()));
         }
-        let store = self.store.clone();
         let (queue, run, key) = (
             place.queue.clone(),
             run_id.to_owned(),
             place.dedup_key.clone(),
         );
-        let reserved = blocking(move || match store.admission() {
-            Some(a) => a.reserve(&queue, &run, key.as_deref()),
-            None => Ok(Reservation::Order(0)),
-        })
-        .await?;
+        let reserved = self
+            .on_admission(Reservation::Order(0), move |a| {
+                a.reserve(&queue, &run, key.as_deref())
+            })
+            .await?;
         match reserved {
             Reservation::Order(order) => Ok(order),
             Reservation::HeldBy(holder) => Err(ActorError::Deduplicated {
@@ -174,13 +170,13 @@ impl Core {
             if candidates.is_empty() {
                 return;
             }
-            let (store, q, offered) = (self.store.clone(), queue.to_owned(), candidates.len());
+            let (q, offered) = (queue.to_owned(), candidates.len());
             let now = self.options.clock.now_ms();
-            let grant = blocking(move || match store.admission() {
-                Some(a) => a.acquire(&q, limit, now, &candidates),
-                None => Ok(Grant::default()),
-            })
-            .await;
+            let grant = self
+                .on_admission(Grant::default(), move |a| {
+                    a.acquire(&q, limit, now, &candidates)
+                })
+                .await;
             let grant = match grant {
                 Ok(grant) => grant,
                 Err(e) => {
@@ -240,15 +236,25 @@ impl Core {
         }
     }
 
+    /// Runs `f` on the store's admission, off the async workers; `none` when the
+    /// store admits nothing itself.
+    async fn on_admission<T: Send + 'static>(
+        &self,
+        none: T,
+        f: impl FnOnce(&dyn reel_storage::Admission) -> reel_storage::Result<T> + Send + 'static,
+    ) -> Result<T, reel_storage::StorageError> {
+        let store = self.store.clone();
+        blocking(move || match store.admission() {
+            Some(a) => f(a),
+            None => Ok(none),
+        })
+        .await
+    }
+
     /// Gives `run_id`'s slot back in a store that admits (nothing otherwise).
     async fn release_slot(&self, queue: &str, run_id: &str) {
-        let store = self.store.clone();
         let (q, run) = (queue.to_owned(), run_id.to_owned());
-        let released = blocking(move || match store.admission() {
-            Some(a) => a.release(&q, &run),
-            None => Ok(()),
-        })
-        .await;
+        let released = self.on_admission((), move |a| a.release(&q, &run)).await;
         if let Err(e) = released {
             // Reclaimed by a later admission once the run has ended.
             tracing::warn!(run_id, queue, error = %e, "reel: could not give a queue slot back");
