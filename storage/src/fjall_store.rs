@@ -9,7 +9,9 @@
 //! an older store lacks are created on open.
 //!
 //! # Layout
-//! - this file: opening (and creating, and upgrading) the store; reads.
+//! - this file: opening (and upgrading) the store; reads.
+//! - `create`: opening fjall, and creating a new store in place so that it keeps
+//!   the journal fjall preallocated for it.
 //! - `writer`: the group commit: the writer thread, and lone appends committed on
 //!   their caller's thread.
 //! - `index`: the listing indexes and status counts, kept by the writer.
@@ -26,7 +28,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, PersistMode};
 use tokio::sync::oneshot;
 
 use crate::keys::{encode_timer_key, log_end, log_key, log_prefix, seq_of};
@@ -37,6 +39,7 @@ use crate::store::{
 };
 use crate::{Event, Record, RunMeta, Scan, StatusKind, StorageError, TimerEntry, decode_timer_key};
 
+mod create;
 mod index;
 mod writer;
 
@@ -130,82 +133,6 @@ struct Encoded {
     durable: bool,
 }
 
-/// Opens the database and every keyspace (creating what is missing).
-fn open_keyspaces(path: &Path, options: &StoreOptions) -> Result<(Database, Keyspaces, Keyspace)> {
-    let db = Database::builder(path)
-        .max_journaling_size(options.max_journal_bytes)
-        .cache_size(options.cache_bytes)
-        .open()
-        .map_err(|e| match e {
-            fjall::Error::Locked => StorageError::Locked {
-                path: path.to_path_buf(),
-            },
-            e => e.into(),
-        })?;
-    // Small memtables: flushed sooner, so idle runs cost disk, not memory
-    // (invariant 6). The log is append-only, so flushes are cheap.
-    let memtable = options.max_memtable_bytes;
-    let ks = |name: &str| {
-        db.keyspace(name, || {
-            KeyspaceCreateOptions::default().max_memtable_size(memtable)
-        })
-    };
-    let keyspaces = Keyspaces {
-        log: ks("log")?,
-        runs: ks("runs")?,
-        active: ks("active")?,
-        timers: ks("timers")?,
-        listing: ks("listing")?,
-        schedules: ks("schedules")?,
-        db: db.clone(),
-    };
-    let format = ks("reel")?;
-    Ok((db, keyspaces, format))
-}
-
-fn is_missing_or_empty(path: &Path) -> Result<bool> {
-    match std::fs::read_dir(path) {
-        Ok(mut entries) => Ok(entries.next().is_none()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
-        Err(e) => Err(StorageError::Io(format!("{}: {e}", path.display()))),
-    }
-}
-
-/// Creates a new store in a sibling directory and renames it into place, so a
-/// process killed while creating it leaves either no store or a whole one (fjall's
-/// own creation is not atomic: a half-made directory fails every later open).
-fn create_atomically(path: &Path, options: &StoreOptions) -> Result<()> {
-    let io = |e: std::io::Error| StorageError::Io(format!("creating {}: {e}", path.display()));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "reel-data".to_owned());
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(io)?;
-    let staging = parent.join(format!(".{name}.creating"));
-    if staging.exists() {
-        // Left by a process killed while creating: never used, safe to drop.
-        std::fs::remove_dir_all(&staging).map_err(io)?;
-    }
-    {
-        let (db, _keyspaces, format) = open_keyspaces(&staging, options)?;
-        format.insert("format", FORMAT_VERSION)?;
-        format.insert(index::MARKER, "1")?;
-        db.persist(PersistMode::SyncAll)?;
-    }
-    if path.exists() {
-        std::fs::remove_dir(path).map_err(io)?;
-    }
-    std::fs::rename(&staging, path).map_err(io)?;
-    // Make the rename itself durable.
-    std::fs::File::open(&parent)
-        .and_then(|d| d.sync_all())
-        .map_err(io)
-}
-
 /// The fjall implementation of [`Store`].
 pub struct FjallStore {
     ks: RwLock<Option<Keyspaces>>,
@@ -256,11 +183,7 @@ impl FjallStore {
     /// # Errors
     /// As [`FjallStore::open`].
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Arc<FjallStore>> {
-        let path = path.as_ref();
-        if is_missing_or_empty(path)? {
-            create_atomically(path, &options)?;
-        }
-        let (db, keyspaces, format) = open_keyspaces(path, &options)?;
+        let (db, keyspaces, format) = create::open_or_create(path.as_ref(), &options)?;
         match format.get("format")? {
             Some(found) if *found == *FORMAT_VERSION.as_bytes() => {}
             Some(found) if UPGRADABLE_FORMATS.iter().any(|f| *found == *f.as_bytes()) => {

@@ -213,3 +213,51 @@ async fn creation_is_atomic_and_leftovers_of_a_killed_creation_are_dropped() {
     let store = FjallStore::open(&path).expect("reopen");
     assert_run(&store, "r");
 }
+
+#[tokio::test]
+async fn a_creation_killed_in_place_is_created_anew() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let path = parent.path().join("store");
+    // What a process killed while creating the store in place leaves behind: the
+    // marker it makes first, and part of a database.
+    std::fs::create_dir_all(path.join("keyspaces/1")).expect("half-made store");
+    std::fs::write(path.join("reel-creating"), b"").expect("marker");
+    std::fs::write(path.join("half-written"), b"junk").expect("junk");
+
+    let store = FjallStore::open(&path).expect("open over the leftovers");
+    assert!(!path.join("reel-creating").exists(), "the marker is gone");
+    assert!(
+        !path.join("half-written").exists(),
+        "the leftovers are gone"
+    );
+    write_run(&store, "r", true).await;
+    store.close();
+    drop(store);
+    tamper_check(&path, FORMAT_VERSION);
+    let store = FjallStore::open(&path).expect("reopen");
+    assert_run(&store, "r");
+}
+
+/// A new store is used as created, not closed and reopened first: fjall creates its
+/// journal at full length, and only a journal written in place spares each
+/// fdatasync a commit of the file's new size (a reopened journal is cut to its
+/// content and appended to). The journal's name and length are fjall's.
+#[tokio::test]
+async fn a_new_store_writes_into_the_journal_fjall_preallocated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FjallStore::open(dir.path()).expect("create");
+    write_run(&store, "r", true).await;
+    let journals: Vec<u64> = std::fs::read_dir(dir.path())
+        .expect("read_dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jnl"))
+        .map(|e| e.metadata().expect("metadata").len())
+        .collect();
+    assert_eq!(journals.len(), 1, "one active journal: {journals:?}");
+    assert!(
+        journals[0] >= 1 << 20,
+        "the active journal keeps its preallocated length, found {} bytes",
+        journals[0]
+    );
+    store.close();
+}
