@@ -389,9 +389,12 @@ impl Host {
                     priority: options.priority,
                     dedup_key: options.dedup_key,
                 };
-                self.core()
-                    .enqueue(W::NAME, W::VERSION, run_id, input, deadline, place)
-                    .await?;
+                // Boxed: a queued start's future would make every start's larger.
+                Box::pin(
+                    self.core()
+                        .enqueue(W::NAME, W::VERSION, run_id, input, deadline, place),
+                )
+                .await?;
             }
             None => {
                 self.core()

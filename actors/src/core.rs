@@ -248,19 +248,10 @@ impl Core {
             .await;
         match created {
             Ok(()) => {}
-            // Someone created it first: answer as for an existing run.
+            // Someone created it first: answer as for an existing run. Boxed, as a
+            // rare path: its future would make every start's several KB larger.
             Err(StorageError::Conflict { .. }) => {
-                let existing = self
-                    .meta(&run_id)
-                    .await?
-                    .ok_or_else(|| ActorError::UnknownRun(run_id.clone()))?;
-                let started = Core::existing(&existing, &workflow)?;
-                // An earlier start landed but its caller heard it failed (a lost
-                // answer, a failed activation): nobody runs it yet, so this one does.
-                if existing.state == RunState::Running && !self.is_live(&run_id) {
-                    self.deliver(&run_id, Resume).await?;
-                }
-                return Ok(started);
+                return Box::pin(self.start_existing(&run_id, &workflow)).await;
             }
             Err(e) => return Err(e.into()),
         }
@@ -293,6 +284,22 @@ impl Core {
             }
         });
         Ok(Started::Created)
+    }
+
+    /// A start of a run that exists already: the same workflow's is answered as
+    /// such, another workflow's is refused.
+    async fn start_existing(&self, run_id: &str, workflow: &str) -> Result<Started, ActorError> {
+        let existing = self
+            .meta(run_id)
+            .await?
+            .ok_or_else(|| ActorError::UnknownRun(run_id.to_owned()))?;
+        let started = Core::existing(&existing, workflow)?;
+        // An earlier start landed but its caller heard it failed (a lost answer, a
+        // failed activation): nobody runs it yet, so this one does.
+        if existing.state == RunState::Running && !self.is_live(run_id) {
+            self.deliver(run_id, Resume).await?;
+        }
+        Ok(started)
     }
 
     fn existing(existing: &RunMeta, workflow: &str) -> Result<Started, ActorError> {

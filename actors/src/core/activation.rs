@@ -49,7 +49,10 @@ impl Core {
         let actor = cell
             .get_or_try_init(|| {
                 spawned = true;
-                self.spawn_run(run_id, preload)
+                // Boxed: spawning is the rare path, and its future (kameo's spawn
+                // under a supervisor) would otherwise make every delivery's future,
+                // which callers hold across awaits, several kilobytes larger.
+                Box::pin(self.spawn_run(run_id, preload))
             })
             .await?
             .clone();
