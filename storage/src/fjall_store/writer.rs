@@ -46,6 +46,17 @@ impl SeqCache {
         self.0.insert(run_id.to_owned(), next);
         Ok(next)
     }
+
+    /// Records `run_id`'s next sequence number; its key is copied only when new
+    /// (every append of a run sets it, and most find it there).
+    fn set(&mut self, run_id: &str, next: u64) {
+        match self.0.get_mut(run_id) {
+            Some(seq) => *seq = next,
+            None => {
+                self.0.insert(run_id.to_owned(), next);
+            }
+        }
+    }
 }
 
 /// Who the writer tells which logs a commit grew.
@@ -256,7 +267,7 @@ fn commit_batch(
         if a.delete {
             match delete_run(ks, &mut batch, listing, a) {
                 Ok(()) => {
-                    cache.0.insert(a.run_id.clone(), 0);
+                    cache.set(&a.run_id, 0);
                     if listener.is_some() {
                         // Wakes its watchers, who then find it gone.
                         grown.push((a.run_id.clone(), 0));
@@ -286,7 +297,7 @@ fn commit_batch(
                 );
             }
             let next = expected + a.records.len() as u64;
-            cache.0.insert(a.run_id.clone(), next);
+            cache.set(&a.run_id, next);
             if listener.is_some() && !a.records.is_empty() {
                 grown.push((a.run_id.clone(), next));
             }
