@@ -43,7 +43,7 @@ mod create;
 mod index;
 mod writer;
 
-use writer::Committer;
+use writer::{Committer, Inline};
 
 use index::Listed;
 
@@ -303,8 +303,9 @@ impl FjallStore {
     fn send(&self, append: Encoded) -> Ticket {
         let (reply, rx) = oneshot::channel();
         // A lone append commits here and its ticket is answered on return.
-        let Some(req) = self.committer.try_inline(Request { append, reply }) else {
-            return Ticket::pending(rx);
+        let req = match self.committer.try_inline(Request { append, reply }) {
+            Inline::Committed(outstanding) => return Ticket::pending(rx).outstanding(outstanding),
+            Inline::Refused(req) => req,
         };
         let guard = match self.tx.lock() {
             Ok(g) => g,

@@ -81,7 +81,11 @@ impl Append {
 /// fsynced, for a durable one).
 #[must_use = "a ticket tells whether the write landed"]
 #[derive(Debug)]
-pub struct Ticket(TicketInner);
+pub struct Ticket {
+    inner: TicketInner,
+    /// Held only to be dropped with the ticket.
+    _outstanding: Option<Outstanding>,
+}
 
 #[derive(Debug)]
 enum TicketInner {
@@ -89,15 +93,48 @@ enum TicketInner {
     Ready(Option<Result<()>>),
 }
 
+/// Counts a ticket as outstanding until it is dropped (a backend's own bookkeeping:
+/// the fjall writer commits a lone append on its caller's thread only while no such
+/// ticket is still held, see `fjall_store::writer`).
+#[derive(Debug)]
+pub(crate) struct Outstanding(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Outstanding {
+    pub(crate) fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Outstanding {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Outstanding(count.clone())
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 impl Ticket {
     /// A ticket with its answer known up front.
     pub fn ready(result: Result<()>) -> Ticket {
-        Ticket(TicketInner::Ready(Some(result)))
+        Ticket {
+            inner: TicketInner::Ready(Some(result)),
+            _outstanding: None,
+        }
     }
 
     /// A ticket answered through a channel; a dropped sender reads as [`StorageError::Closed`].
     pub fn pending(rx: oneshot::Receiver<Result<()>>) -> Ticket {
-        Ticket(TicketInner::Pending(rx))
+        Ticket {
+            inner: TicketInner::Pending(rx),
+            _outstanding: None,
+        }
+    }
+
+    /// The same ticket, counted as outstanding until dropped.
+    pub(crate) fn outstanding(self, counted: Outstanding) -> Ticket {
+        Ticket {
+            inner: self.inner,
+            _outstanding: Some(counted),
+        }
     }
 }
 
@@ -105,7 +142,7 @@ impl Future for Ticket {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.get_mut().0 {
+        match &mut self.get_mut().inner {
             TicketInner::Pending(rx) => Pin::new(rx)
                 .poll(cx)
                 .map(|r| r.unwrap_or(Err(StorageError::Closed))),

@@ -7,11 +7,17 @@
 //! - the writer thread ([`writer_loop`]) drains the channel and commits what it
 //!   finds as one batch: under load, hundreds of appends share one fdatasync;
 //! - a lone append commits on its caller's thread ([`Committer::try_inline`]) when
-//!   nothing is queued and the last batch held a single append. A run stepping on
-//!   its own then pays the fdatasync and nothing else, where the thread would add
-//!   two cross-thread wake-ups per commit (to the writer and back: 40-60 % of a
-//!   step's time on this project's machines). Under load the queue is never empty,
-//!   so appends keep sharing the writer's batches.
+//!   nothing is queued, the last batch held a single append of the same run, and
+//!   the ticket of the last append committed inline is no longer held. A run
+//!   stepping on its own then pays the fdatasync and nothing else, where the thread
+//!   would add two cross-thread wake-ups per commit (to the writer and back: 40-60 %
+//!   of a step's time on this project's machines). Under load the queue is never
+//!   empty, so appends keep sharing the writer's batches. The last two conditions
+//!   keep a burst submitted without waiting in between (one task starting many
+//!   runs, a handler whose parallel steps all finish in one poll) from committing
+//!   one append, and one fdatasync, at a time: the burst's first append commits
+//!   inline, and the rest find its ticket still held (or another run's append last)
+//!   and go to the writer, which batches them.
 //!
 //! Both hold the committer's lock while they build and commit a batch, and the
 //! inline path is only taken when no request sent earlier is still uncommitted,
@@ -28,7 +34,7 @@ use super::index::ListingWriter;
 use super::{Encoded, Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
 use crate::StorageError;
 use crate::keys::{log_key, log_prefix, seq_of};
-use crate::store::{CommitListener, Result};
+use crate::store::{CommitListener, Outstanding, Result};
 use fjall::OwnedWriteBatch;
 
 /// Next sequence numbers of recently written runs, so the CAS check rarely reads disk.
@@ -72,6 +78,8 @@ struct CommitState {
     failed: Option<String>,
     /// Set by [`Committer::close`]: no more inline commits.
     closed: bool,
+    /// The run of the last batch when it held a single append.
+    lone_run: Option<String>,
 }
 
 /// The one place batches are built and committed, shared by the writer thread and
@@ -83,6 +91,8 @@ pub(super) struct Committer {
     queued: AtomicUsize,
     /// Appends in the last committed batch.
     last_batch: AtomicUsize,
+    /// Tickets of appends committed inline that their callers still hold.
+    outstanding: Arc<AtomicUsize>,
 }
 
 impl Committer {
@@ -102,10 +112,12 @@ impl Committer {
                 listing,
                 failed,
                 closed: false,
+                lone_run: None,
             }),
             listener,
             queued: AtomicUsize::new(0),
             last_batch: AtomicUsize::new(0),
+            outstanding: Arc::default(),
         }
     }
 
@@ -124,24 +136,31 @@ impl Committer {
     }
 
     /// Commits `req` on this thread when it is the only write in sight: nothing
-    /// queued for the writer thread, the last batch a single append, and no batch
-    /// being committed right now. Otherwise hands it back (`Some`) for the writer
-    /// thread.
-    pub(super) fn try_inline(&self, req: Request) -> Option<Request> {
-        if self.last_batch.load(Ordering::SeqCst) > 1 || self.queued.load(Ordering::SeqCst) != 0 {
-            return Some(req);
+    /// queued for the writer thread, the last batch a single append of the same run,
+    /// no ticket of an inline commit still held, and no batch being committed right
+    /// now (see the module doc). Otherwise hands it back for the writer thread.
+    pub(super) fn try_inline(&self, req: Request) -> Inline {
+        if self.last_batch.load(Ordering::SeqCst) > 1
+            || self.queued.load(Ordering::SeqCst) != 0
+            || self.outstanding.load(Ordering::SeqCst) != 0
+        {
+            return Inline::Refused(req);
         }
         let Ok(mut state) = self.state.try_lock() else {
-            return Some(req);
+            return Inline::Refused(req);
         };
         // Checked again under the lock: a request sent before this point and not
         // committed yet must land first, so this one waits its turn in the queue.
-        if state.closed || self.queued.load(Ordering::SeqCst) != 0 {
-            return Some(req);
+        if state.closed
+            || self.queued.load(Ordering::SeqCst) != 0
+            || state.lone_run.as_deref() != Some(req.append.run_id.as_str())
+        {
+            return Inline::Refused(req);
         }
+        let outstanding = Outstanding::new(&self.outstanding);
         let mut pending = vec![req];
         self.commit(&mut state, &mut pending);
-        None
+        Inline::Committed(outstanding)
     }
 
     /// No more inline commits; waits for one under way.
@@ -157,6 +176,13 @@ impl Committer {
 
     fn commit(&self, state: &mut CommitState, pending: &mut Vec<Request>) {
         let n = pending.len();
+        match pending.as_slice() {
+            [only] => match &mut state.lone_run {
+                Some(run) if *run == only.append.run_id => {}
+                lone => *lone = Some(only.append.run_id.clone()),
+            },
+            _ => state.lone_run = None,
+        }
         let CommitState {
             ks,
             cache,
@@ -174,6 +200,14 @@ impl Committer {
         }
         self.last_batch.store(n, Ordering::SeqCst);
     }
+}
+
+/// What [`Committer::try_inline`] did with a request.
+pub(super) enum Inline {
+    /// Committed: the ticket holds this until it is dropped.
+    Committed(Outstanding),
+    /// Not committed here: for the writer thread.
+    Refused(Request),
 }
 
 /// The writer thread: commits what the channel holds, a batch at a time, until
