@@ -205,12 +205,18 @@ async fn creation_is_atomic_and_leftovers_of_a_killed_creation_are_dropped() {
     std::fs::create_dir_all(&path).expect("empty target");
 
     let store = FjallStore::open(&path).expect("open over the leftovers");
+    assert!(!staging.exists(), "the staging directory is gone");
+    write_close_reopen(store, &path).await;
+}
+
+/// Writes a run to a store just created over a killed creation's leftovers, closes
+/// it, checks its format marker, and reads the run back after a reopen.
+async fn write_close_reopen(store: std::sync::Arc<FjallStore>, path: &Path) {
     write_run(&store, "r", true).await;
     store.close();
     drop(store);
-    assert!(!staging.exists(), "the staging directory is gone");
-    tamper_check(&path, FORMAT_VERSION);
-    let store = FjallStore::open(&path).expect("reopen");
+    tamper_check(path, FORMAT_VERSION);
+    let store = FjallStore::open(path).expect("reopen");
     assert_run(&store, "r");
 }
 
@@ -230,12 +236,7 @@ async fn a_creation_killed_in_place_is_created_anew() {
         !path.join("half-written").exists(),
         "the leftovers are gone"
     );
-    write_run(&store, "r", true).await;
-    store.close();
-    drop(store);
-    tamper_check(&path, FORMAT_VERSION);
-    let store = FjallStore::open(&path).expect("reopen");
-    assert_run(&store, "r");
+    write_close_reopen(store, &path).await;
 }
 
 /// A new store is used as created, not closed and reopened first: fjall creates its
