@@ -267,11 +267,22 @@ fn commit_batch(
         .filter(|l| l.wants());
     let mut grown: Vec<(String, u64)> = Vec::new();
     let durable = pending.iter().any(|r| r.append.durable);
-    let mut batch = ks.db.batch().durability(Some(if durable {
-        PersistMode::SyncData
-    } else {
-        PersistMode::Buffer
-    }));
+    // Sized up front: a batch of thousands of appends would otherwise grow (and
+    // copy) its item list a dozen times. Per append: its records, the metadata in
+    // `runs` and `active`, up to four listing entries, its timer changes.
+    let items = pending
+        .iter()
+        .map(|r| {
+            let a = &r.append;
+            a.records.len() + 6 + a.add_timers.len() + a.remove_timers.len()
+        })
+        .sum();
+    let mut batch =
+        OwnedWriteBatch::with_capacity(ks.db.clone(), items).durability(Some(if durable {
+            PersistMode::SyncData
+        } else {
+            PersistMode::Buffer
+        }));
     let mut accepted = Vec::with_capacity(pending.len());
     let mut refused = Vec::new();
     for req in pending.drain(..) {
