@@ -122,9 +122,18 @@ fn create_in_place(
     let io = io_error(path);
     let marker = path.join(CREATING);
     if marker.exists() {
-        // Left by a process killed while creating: never used, safe to drop.
+        // Left by a process killed while creating: never used, safe to drop. Its
+        // contents go, not the directory (which may be a mount point).
         tracing::info!(path = %path.display(), "reel: dropping a store whose creation never finished");
-        std::fs::remove_dir_all(path).map_err(&io)?;
+        for entry in std::fs::read_dir(path).map_err(&io)? {
+            let entry = entry.map_err(&io)?;
+            let removed = if entry.file_type().map_err(&io)?.is_dir() {
+                std::fs::remove_dir_all(entry.path())
+            } else {
+                std::fs::remove_file(entry.path())
+            };
+            removed.map_err(&io)?;
+        }
     }
     std::fs::create_dir_all(path).map_err(&io)?;
     File::create(&marker)
