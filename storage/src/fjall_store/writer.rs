@@ -78,8 +78,9 @@ struct CommitState {
     failed: Option<String>,
     /// Set by [`Committer::close`]: no more inline commits.
     closed: bool,
-    /// The run of the last batch when it held a single append.
-    lone_run: Option<String>,
+    /// The run of the last batch's last append: the run of a lone append when
+    /// `last_batch` is 1 (its buffer is reused from batch to batch).
+    last_run: String,
 }
 
 /// The one place batches are built and committed, shared by the writer thread and
@@ -112,7 +113,7 @@ impl Committer {
                 listing,
                 failed,
                 closed: false,
-                lone_run: None,
+                last_run: String::new(),
             }),
             listener,
             queued: AtomicUsize::new(0),
@@ -153,7 +154,8 @@ impl Committer {
         // committed yet must land first, so this one waits its turn in the queue.
         if state.closed
             || self.queued.load(Ordering::SeqCst) != 0
-            || state.lone_run.as_deref() != Some(req.append.run_id.as_str())
+            || self.last_batch.load(Ordering::SeqCst) != 1
+            || state.last_run != req.append.run_id
         {
             return Inline::Refused(req);
         }
@@ -176,12 +178,9 @@ impl Committer {
 
     fn commit(&self, state: &mut CommitState, pending: &mut Vec<Request>) {
         let n = pending.len();
-        match pending.as_slice() {
-            [only] => match &mut state.lone_run {
-                Some(run) if *run == only.append.run_id => {}
-                lone => *lone = Some(only.append.run_id.clone()),
-            },
-            _ => state.lone_run = None,
+        if let Some(last) = pending.last() {
+            state.last_run.clear();
+            state.last_run.push_str(&last.append.run_id);
         }
         let CommitState {
             ks,
