@@ -280,29 +280,20 @@ impl AnyRun {
         &self,
         check: impl Fn(&RunMeta) -> Result<()>,
     ) -> Result<reel_storage::Payload> {
-        let core = self.core()?;
-        let first = core.meta(&self.run_id).await?;
-        if let Some(meta) = &first {
-            check(meta)?;
-        }
-        let meta = match first {
-            // Already settled: reading the state again would only cost another read.
-            Some(meta)
-                if meta.state.is_finished() || matches!(meta.state, RunState::Parked { .. }) =>
-            {
-                meta
-            }
-            _ => core.wait_settled(&self.run_id).await?,
-        };
+        // Waiting stops early on metadata the check refuses (a handle of the wrong
+        // workflow fails at once, not when the run ends).
+        let (meta, output) = self
+            .core()?
+            .wait_settled_output(&self.run_id, |m| check(m).is_err())
+            .await?;
         check(&meta)?;
         match meta.state {
-            RunState::Completed => match core.last_event(&self.run_id).await? {
-                Some(Event::RunCompleted { output }) => Ok(output),
-                other => Err(Error::Storage(format!(
-                    "run `{}` is completed but its log ends with {other:?}",
+            RunState::Completed => output.ok_or_else(|| {
+                Error::Storage(format!(
+                    "run `{}` is completed without an output",
                     self.run_id
-                ))),
-            },
+                ))
+            }),
             RunState::Failed { error } | RunState::Parked { error } => Err(error.into()),
             RunState::Cancelled { reason } => Err(Error::Cancelled(reason)),
             other => Err(Error::Storage(format!("unexpected state {other:?}"))),

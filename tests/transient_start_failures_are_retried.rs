@@ -2,7 +2,8 @@
 //! a start whose append landed but whose answer was lost still runs when started
 //! again, and a child whose start fails for a moment is started later instead of
 //! being recorded as a failed child (the parent would get a wrong result); nor is a
-//! passing failure to read a finished child's result.
+//! passing failure to read a finished child's result (read when the child had
+//! ended before its parent asked for it).
 
 mod common;
 
@@ -41,17 +42,30 @@ impl Workflow for Leaf {
 }
 
 /// Starts `parent-<i>` runs over a FaultStore set up by `inject` and expects each to
-/// complete with the right result.
-async fn parents(n: usize, inject: impl FnOnce(&FaultStore)) -> anyhow::Result<u64> {
+/// complete with the right result. With `leaves_first`, each parent's child has
+/// completed on its own before the faults are injected and the parent starts.
+async fn parents(
+    n: usize,
+    leaves_first: bool,
+    inject: impl FnOnce(&FaultStore),
+) -> anyhow::Result<u64> {
     let dir = tempfile::tempdir()?;
     let faults = FaultStore::new(FjallStore::open(dir.path())?);
-    inject(&faults);
     let host = Host::builder()
         .store(faults.clone())
         .register(Parent)
         .register(Leaf)
         .build()
         .await?;
+    if leaves_first {
+        for i in 0..n as u64 {
+            let leaf = host
+                .start::<Leaf>(&format!("parent-{i}-leaf"), i + 1)
+                .await?;
+            assert_eq!(leaf.result().await?, (i + 1) * 10);
+        }
+    }
+    inject(&faults);
     for i in 0..n as u64 {
         let id = format!("parent-{i}");
         retry(50, || host.start::<Parent>(&id, i)).await?;
@@ -76,7 +90,7 @@ async fn parents(n: usize, inject: impl FnOnce(&FaultStore)) -> anyhow::Result<u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_answer_lost_still_runs() -> anyhow::Result<()> {
     // The RunStarted append lands, the caller hears it failed and starts again.
-    let injected = parents(2, |f| {
+    let injected = parents(2, false, |f| {
         f.inject(Fault::lose_answer().for_run("parent-0"));
         f.inject(Fault::lose_answer().for_run("parent-1-leaf"));
     })
@@ -87,7 +101,7 @@ async fn start_answer_lost_still_runs() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_start_failing_for_a_moment_is_not_a_child_failure() -> anyhow::Result<()> {
-    let injected = parents(2, |f| {
+    let injected = parents(2, false, |f| {
         f.inject(Fault::fail(Op::Submit).for_run("parent-0-leaf"));
         f.inject(Fault::fail(Op::Submit).for_run("parent-1-leaf").times(3));
     })
@@ -99,8 +113,8 @@ async fn child_start_failing_for_a_moment_is_not_a_child_failure() -> anyhow::Re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_a_child_result_failing_for_a_moment_is_not_a_child_failure() -> anyhow::Result<()>
 {
-    // The finished child's output is read from its log to hand it to the parent.
-    let injected = parents(2, |f| {
+    // A child that ended before its parent asked: its output is read from its log.
+    let injected = parents(2, true, |f| {
         f.inject(Fault::fail(Op::LastEvent).for_run("parent-0-leaf"));
         f.inject(Fault::fail(Op::LastEvent).for_run("parent-1-leaf").times(3));
     })

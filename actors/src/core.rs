@@ -57,6 +57,7 @@ mod run_host;
 mod waiters;
 
 pub use queueing::QueuePlace;
+use waiters::Changed;
 
 /// A live run's actor, or the place it is being spawned into.
 type LiveCell = Arc<OnceCell<ActorRef<RunActor>>>;
@@ -92,7 +93,7 @@ pub struct Core {
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
     timers: ActorRef<TimerService>,
-    waiters: Waiters<Option<RunMeta>>,
+    waiters: Waiters<Option<Changed>>,
     /// Callers of `wait_published`, by run: woken when a value lands or the run ends.
     publish_waiters: Waiters<()>,
     child_subscribers: children::Subscriptions,
@@ -564,16 +565,17 @@ impl Core {
         let _ = self.timers.tell(RemoveTimers(timers)).try_send();
     }
 
-    /// A run finished: wake result waiters and deliver the result to parents.
-    pub(crate) fn run_finished(&self, meta: &RunMeta) {
+    /// A run finished: wake result waiters and deliver the result to parents
+    /// (`output`: a completed run's output, when the caller has it).
+    pub(crate) fn run_finished(&self, meta: &RunMeta, output: Option<&Payload>) {
         metrics::counter!(reel_storage::metrics::RUNS_ENDED, "status" => meta.state.kind().as_str())
             .increment(1);
-        self.notify_changed(&meta.run_id, Some(meta));
+        self.notify_settled(&meta.run_id, meta, output);
         if let Some(entry) = &meta.queue {
             self.queue_ended(&entry.name, &meta.run_id);
         }
         let subscribers = self.child_subscribers.take(&meta.run_id);
         let parents = meta.parent.iter().cloned().chain(subscribers);
-        self.notify_parents(meta, parents);
+        self.notify_parents(meta, output, parents);
     }
 }

@@ -44,7 +44,9 @@ pub(crate) trait RunHost: Send + Sync + 'static {
     /// The run's state changed: wake its waiters (with the new state when written).
     fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>);
     /// The run finished: wake its waiters and deliver its result to its parents.
-    fn run_finished(&self, meta: &RunMeta);
+    /// `output` is a completed run's output when the caller has it at hand (it
+    /// spares each waiter and parent a read of the log's last event).
+    fn run_finished(&self, meta: &RunMeta, output: Option<&Payload>);
     /// Remembers a park the store refused, so it is still reported.
     fn record_unwritten_park(&self, run_id: &str, error: Failure);
     /// Remembers why the run's actor crashed, for the park after too many crashes.

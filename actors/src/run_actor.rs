@@ -131,7 +131,7 @@ impl Actor for RunActor {
             // The run's last append landed but its writer never heard so (a lost
             // answer, a crash right after): its result waiters and parent may still
             // be waiting. Telling them again is harmless.
-            host.run_finished(&meta);
+            host.run_finished(&meta, None);
         }
         let engine = args.registry.lookup(&meta.workflow, meta.version);
         let journal = Journal::new(
@@ -361,11 +361,16 @@ impl RunActor {
         self.journal.close();
         let meta = self.meta_with(state);
         let timers = self.journal.with_index(|i| i.pending_timers(&self.run_id));
+        // Handed to waiters and parents, who would otherwise read it back.
+        let output = events.iter().find_map(|e| match e {
+            Event::RunCompleted { output } => Some(output.clone()),
+            _ => None,
+        });
         self.journal
             .append_final(events, meta.clone(), timers)
             .await?;
         self.meta = meta;
-        self.host.run_finished(&self.meta);
+        self.host.run_finished(&self.meta, output.as_ref());
         self.retire(ctx).await;
         Ok(())
     }

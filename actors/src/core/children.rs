@@ -271,7 +271,7 @@ impl Core {
             && meta.state.is_finished()
         {
             self.unsubscribe(&c.run_id, &c.link);
-            self.notify_parents(&meta, std::iter::once(c.link.clone()));
+            self.notify_parents(&meta, None, std::iter::once(c.link.clone()));
         }
         Ok(())
     }
@@ -362,7 +362,14 @@ impl Core {
         }
     }
 
-    pub(super) fn notify_parents(&self, meta: &RunMeta, parents: impl Iterator<Item = ParentLink>) {
+    /// Delivers the finished child's result to its parents (`output`: a completed
+    /// child's output when the caller has it; otherwise it is read from the log).
+    pub(super) fn notify_parents(
+        &self,
+        meta: &RunMeta,
+        output: Option<&Payload>,
+        parents: impl Iterator<Item = ParentLink>,
+    ) {
         let mut parents: Vec<ParentLink> = parents.filter(|p| !is_detached(&p.wait_id)).collect();
         parents.sort_by(|a, b| (&a.run_id, &a.wait_id).cmp(&(&b.run_id, &b.wait_id)));
         parents.dedup();
@@ -373,11 +380,15 @@ impl Core {
             return;
         };
         let child = meta.clone();
+        let output = output.cloned();
         tokio::spawn(async move {
             let result = match &child.state {
-                RunState::Completed => match core.child_output(&child.run_id).await {
-                    Some(output) => output,
-                    None => return,
+                RunState::Completed => match output {
+                    Some(output) => Ok(output),
+                    None => match core.child_output(&child.run_id).await {
+                        Some(output) => output,
+                        None => return,
+                    },
                 },
                 RunState::Failed { error } => Err(error.clone()),
                 RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),

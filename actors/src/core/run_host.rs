@@ -55,8 +55,8 @@ impl RunHost for Core {
         Core::notify_changed(self, run_id, meta);
     }
 
-    fn run_finished(&self, meta: &RunMeta) {
-        Core::run_finished(self, meta);
+    fn run_finished(&self, meta: &RunMeta, output: Option<&Payload>) {
+        Core::run_finished(self, meta, output);
     }
 
     fn record_unwritten_park(&self, run_id: &str, error: Failure) {

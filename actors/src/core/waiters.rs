@@ -3,16 +3,53 @@
 
 use super::*;
 
+/// What a run's waiters are told when its new state has been written: the state,
+/// and a completed run's output when whoever wrote it had it at hand.
+#[derive(Clone)]
+pub(crate) struct Changed {
+    meta: RunMeta,
+    output: Option<Payload>,
+}
+
 impl Core {
     /// Waits until the run has finished or is parked, and returns its metadata.
     ///
     /// # Errors
     /// [`ActorError::UnknownRun`], [`ActorError::Shutdown`], storage errors.
     pub async fn wait_settled(&self, run_id: &str) -> Result<RunMeta, ActorError> {
-        self.wait_for(run_id, |s| {
-            s.is_finished() || matches!(s, RunState::Parked { .. })
-        })
-        .await
+        self.wait_for(run_id, is_settled).await
+    }
+
+    /// Waits until the run has finished or is parked, or `stop` holds for its
+    /// metadata, and returns the metadata with a completed run's output (read from
+    /// its log unless the run's end brought it along; none when `stop` held).
+    ///
+    /// # Errors
+    /// As [`Core::wait_settled`], and storage errors reading the output.
+    pub async fn wait_settled_output(
+        &self,
+        run_id: &str,
+        stop: impl Fn(&RunMeta) -> bool,
+    ) -> Result<(RunMeta, Option<Payload>), ActorError> {
+        let Changed { meta, output } = self
+            .wait_changed(run_id, |m| stop(m) || is_settled(&m.state))
+            .await?;
+        if stop(&meta) {
+            return Ok((meta, None));
+        }
+        let output = match (&meta.state, output) {
+            (RunState::Completed, Some(output)) => Some(output),
+            (RunState::Completed, None) => match self.last_event(run_id).await? {
+                Some(Event::RunCompleted { output }) => Some(output),
+                other => {
+                    return Err(ActorError::Storage(reel_storage::StorageError::Io(
+                        format!("run `{run_id}` is completed but its log ends with {other:?}"),
+                    )));
+                }
+            },
+            _ => None,
+        };
+        Ok((meta, output))
     }
 
     /// Waits until the run's state satisfies `pred` (checked on every state change).
@@ -24,17 +61,25 @@ impl Core {
         run_id: &str,
         pred: impl Fn(&RunState) -> bool,
     ) -> Result<RunMeta, ActorError> {
+        Ok(self.wait_changed(run_id, |m| pred(&m.state)).await?.meta)
+    }
+
+    async fn wait_changed(
+        &self,
+        run_id: &str,
+        pred: impl Fn(&RunMeta) -> bool,
+    ) -> Result<Changed, ActorError> {
         // The state that came with the last notification. It only short-cuts a
         // match; otherwise the store is read after registering, which is the point
         // no later change can slip past.
-        let mut notified: Option<RunMeta> = None;
+        let mut notified: Option<Changed> = None;
         // However this ends (returned, or dropped by a caller who stopped waiting),
         // the sender registered for it goes, so abandoned waits do not pile up on a
         // run that may never change state.
         let _prune = PruneOnDrop(&self.waiters, run_id);
         loop {
-            if let Some(meta) = notified.take().filter(|m| pred(&m.state)) {
-                return Ok(meta);
+            if let Some(changed) = notified.take().filter(|c| pred(&c.meta)) {
+                return Ok(changed);
             }
             let rx = self.waiters.register(run_id);
             let checked = match self.check_open() {
@@ -42,7 +87,7 @@ impl Core {
                 Err(e) => Err(e),
             };
             let settled = match checked {
-                Ok(meta) if pred(&meta.state) => Some(Ok(meta)),
+                Ok(meta) if pred(&meta) => Some(Ok(Changed { meta, output: None })),
                 Ok(_) => None,
                 Err(e) => Some(Err(e)),
             };
@@ -50,7 +95,7 @@ impl Core {
                 return result;
             }
             match rx.await {
-                Ok(meta) => notified = meta,
+                Ok(changed) => notified = changed,
                 Err(_) => return Err(ActorError::Shutdown),
             }
         }
@@ -65,21 +110,45 @@ impl Core {
     /// Wakes the run's waiters, handing them the new state when the caller knows it
     /// was written.
     pub(crate) fn notify_changed(&self, run_id: &str, meta: Option<&RunMeta>) {
-        // A run that ends (or is parked) tells those waiting for a value it may never
-        // publish; a park found the log as it was, so they read it once more too.
-        if meta.is_none_or(|m| m.state.is_finished() || matches!(m.state, RunState::Parked { .. }))
-        {
-            self.notify_published(run_id);
-        }
-        if meta.is_some() {
-            // A new state of the run is on disk: a park held in memory is stale.
-            self.unrecorded_parks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(run_id);
-        }
-        for w in self.waiters.take(run_id) {
-            let _ = w.send(meta.cloned());
+        match meta {
+            Some(meta) => self.notify_settled(run_id, meta, None),
+            None => {
+                self.notify_published(run_id);
+                for w in self.waiters.take(run_id) {
+                    let _ = w.send(None);
+                }
+            }
         }
     }
+
+    /// [`Core::notify_changed`] with a written state, and the output of a completed
+    /// run when the caller has it.
+    pub(crate) fn notify_settled(&self, run_id: &str, meta: &RunMeta, output: Option<&Payload>) {
+        // A run that ends (or is parked) tells those waiting for a value it may never
+        // publish; a park found the log as it was, so they read it once more too.
+        if is_settled(&meta.state) {
+            self.notify_published(run_id);
+        }
+        // A new state of the run is on disk: a park held in memory is stale.
+        self.unrecorded_parks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
+        let waiters = self.waiters.take(run_id);
+        if waiters.is_empty() {
+            return;
+        }
+        let changed = Changed {
+            meta: meta.clone(),
+            output: output.cloned(),
+        };
+        for w in waiters {
+            let _ = w.send(Some(changed.clone()));
+        }
+    }
+}
+
+/// Finished or parked: nothing will change the run's state on its own.
+fn is_settled(state: &RunState) -> bool {
+    state.is_finished() || matches!(state, RunState::Parked { .. })
 }

@@ -267,13 +267,19 @@ fn commit_batch(
     let mut grown: Vec<(String, u64)> = Vec::new();
     let durable = pending.iter().any(|r| r.append.durable);
     // Sized up front: a batch of thousands of appends would otherwise grow (and
-    // copy) its item list a dozen times. Per append: its records, the metadata in
-    // `runs` and `active`, up to four listing entries, its timer changes.
+    // copy) its item list a dozen times. Per append: its records, its timer
+    // changes, and with a state change the metadata in `runs` and `active` and up
+    // to four listing entries. Not more: most appends are one record, and an
+    // oversized list is a fresh allocation the kernel zeroes, batch after batch.
     let items = pending
         .iter()
         .map(|r| {
             let a = &r.append;
-            a.records.len() + 6 + a.add_timers.len() + a.remove_timers.len()
+            a.records.len()
+                + a.add_timers.len()
+                + a.remove_timers.len()
+                + if a.meta.is_some() { 2 } else { 0 }
+                + if a.listed.is_some() { 4 } else { 0 }
         })
         .sum();
     let mut batch =
