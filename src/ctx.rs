@@ -340,13 +340,15 @@ impl Ctx {
     /// driver sees the write land. Nothing in replay-only mode.
     pub(crate) fn record(&self, events: Vec<Event>, durable: bool) {
         if let Some(journal) = &self.inner.journal {
-            let landing = journal.append(events, durable);
             // A write that need not be fsynced (`StepStarted`) is not waited for:
             // the durable write that follows it lands after it, or reports its
             // failure (the writer answers every later append with the first cause).
             // Waiting for it would cost the execution a wake-up per step.
             if durable {
+                let landing = journal.append(events, true);
                 self.lock().landings.push(landing);
+            } else {
+                journal.append_unawaited(events);
             }
         }
     }

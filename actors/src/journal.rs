@@ -84,6 +84,15 @@ fn answer(waiters: Vec<oneshot::Sender<Result<(), StorageError>>>, r: &Result<()
     }
 }
 
+/// Whether a non-durable append may be held for the next one: it creates no timer
+/// (the timer service must learn of it now) and publishes nothing (readers wait).
+fn holdable(events: &[Event]) -> bool {
+    !events.is_empty()
+        && events
+            .iter()
+            .all(|e| timer_key(e).is_none() && !matches!(e, Event::Published { .. }))
+}
+
 /// A timer entry for a timer-creating event, if it is one.
 pub(crate) fn timer_of(run_id: &str, event: &Event) -> Option<TimerEntry> {
     let (fire_at, timer_id) = timer_key(event)?;
@@ -239,21 +248,44 @@ impl Journal {
     /// the execution goes idle ([`Journal::flush_held`]). Its sequence numbers are
     /// taken at once, so the log order is still the call order.
     pub fn append(&self, events: Vec<Event>, durable: bool) -> Landing {
-        if !durable
-            && !events.is_empty()
-            && events
-                .iter()
-                .all(|e| timer_key(e).is_none() && !matches!(e, Event::Published { .. }))
-        {
-            return self.hold(events);
+        if !durable && holdable(&events) {
+            let (tx, rx) = oneshot::channel();
+            if !self.hold(events, Some(tx)) {
+                return Landing::refused(self);
+            }
+            return Landing {
+                ticket: Ticket::pending(rx),
+                durable_end: None,
+                wake: false,
+                publishes: false,
+                forward: Vec::new(),
+                journal: self.clone(),
+            };
         }
         self.submit(events, None, Vec::new(), durable, false, false)
     }
 
-    fn hold(&self, events: Vec<Event>) -> Landing {
+    /// [`Journal::append`] of a non-durable append nobody waits for (a step's
+    /// `StepStarted`: the durable append that follows lands after it, or reports
+    /// the failure): held with no answer to send, or handed to the store.
+    pub fn append_unawaited(&self, events: Vec<Event>) {
+        if holdable(&events) {
+            self.hold(events, None);
+        } else {
+            drop(self.submit(events, None, Vec::new(), false, false, false));
+        }
+    }
+
+    /// Takes the events' sequence numbers and holds them for the next append;
+    /// `false` when the journal is closed.
+    fn hold(
+        &self,
+        events: Vec<Event>,
+        waiter: Option<oneshot::Sender<Result<(), StorageError>>>,
+    ) -> bool {
         let mut state = self.lock();
         if state.closed {
-            return Landing::refused(self);
+            return false;
         }
         if state.held.events.is_empty() {
             state.held.from = state.next_seq;
@@ -262,16 +294,8 @@ impl Journal {
         state.tail.extend(events.iter().cloned());
         state.index.note_all(&events);
         state.held.events.extend(events);
-        let (tx, rx) = oneshot::channel();
-        state.held.waiters.push(tx);
-        Landing {
-            ticket: Ticket::pending(rx),
-            durable_end: None,
-            wake: false,
-            publishes: false,
-            forward: Vec::new(),
-            journal: self.clone(),
-        }
+        state.held.waiters.extend(waiter);
+        true
     }
 
     /// Hands the held appends to the store now: the execution has gone idle (a
@@ -293,6 +317,10 @@ impl Journal {
             });
             (ticket, held.waiters)
         };
+        // Nobody to answer: the write goes on without its ticket.
+        if waiters.is_empty() {
+            return;
+        }
         tokio::spawn(async move {
             let r = ticket.await;
             answer(waiters, &r);
