@@ -27,13 +27,20 @@
 //!    20th page) and `Host::count` over 1,000,000 runs, against raw fjall reading
 //!    50 metadata records and scanning all of them (target: flat in the number of
 //!    runs).
+//! 7. queue: see `queue.rs`.
+//! 8. million: 1,000,000 runs waiting on a signal, passivated: resident memory
+//!    (target: under 1 GB), then `signal()` -> `result()` of 1,000 of them across
+//!    the range, one after another (target: p99 under 10 ms), against two raw
+//!    insert + fdatasync. Runs second, after recovery: its memory figure also shows
+//!    the process before it.
 //!
 //! A plain `main` printing a table: `cargo bench --bench reel`.
 //! - `REEL_BENCH_QUICK=1` scales everything down for a smoke run of a few seconds.
-//! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity,listing,queue` picks
-//!   scenarios.
+//! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity,listing,queue,million`
+//!   picks scenarios.
 //! - `REEL_BENCH_START_CONCURRENCY` (default 4,096): starts in flight at once in
-//!   the recovery scenario.
+//!   the recovery and million scenarios.
+//! - `REEL_BENCH_MILLION_RUNS` (default 1,000,000): runs of the million scenario.
 //! - `REEL_BENCH_ENTITY_SIGNALS` (default 10,000): signals of the entity scenario.
 //! - `REEL_BENCH_DIR` picks the filesystem of the temporary directories (default:
 //!   the system temp dir); the figures are dominated by fsync.
@@ -57,6 +64,7 @@ use std::time::Instant;
 
 mod entity;
 mod listing;
+mod million;
 mod queue;
 mod recovery;
 mod replay;
@@ -79,6 +87,8 @@ pub(crate) struct Config {
     recovery_start_concurrency: usize,
     entity_signals: u32,
     listing_runs: usize,
+    million_runs: usize,
+    million_samples: usize,
     queue_runs: usize,
 }
 
@@ -110,6 +120,11 @@ impl Config {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(if quick { 250 } else { 10_000 }),
             listing_runs: if quick { 3_000 } else { 1_000_000 },
+            million_runs: std::env::var("REEL_BENCH_MILLION_RUNS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if quick { 5_000 } else { 1_000_000 }),
+            million_samples: if quick { 100 } else { 1_000 },
             queue_runs: if quick { 2_000 } else { 100_000 },
         }
     }
@@ -147,6 +162,7 @@ fn main() {
     };
     // Recovery first: its memory figures should not include heap from the others.
     timed("recovery", &mut || recovery::recovery(&rt, &cfg), 3);
+    timed("million", &mut || million::million(&rt, &cfg), 7);
     timed("sequential", &mut || sequential::sequential(&rt, &cfg), 0);
     timed(
         "throughput",

@@ -6,28 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
-use futures::StreamExt;
 use reel::{Host, RunStatus};
 
 use crate::Config;
 use crate::util::*;
-
-/// A memory snapshot: resident set, its peak, and the heap mimalloc has committed.
-#[derive(Clone, Copy)]
-struct Mem {
-    rss: f64,
-    hwm: f64,
-    heap: f64,
-}
-
-fn mem() -> Mem {
-    let (rss, hwm) = memory_mib();
-    Mem {
-        rss,
-        hwm,
-        heap: heap::in_use_mib(),
-    }
-}
 
 struct Recovery {
     /// From the first start to the last start's answer.
@@ -60,31 +42,10 @@ async fn reel_recovery(cfg: &Config) -> BenchResult<Recovery> {
     );
     let cpu0 = cpu_seconds();
     let start = Instant::now();
-    let mut progress = Instant::now();
-    let mut done = 0usize;
-    let mut starts = futures::stream::iter(0..n)
-        .map(|i| {
-            let host = host.clone();
-            async move {
-                let id = format!("waiter-{i:06}");
-                within(LIMIT, &format!("start {id}"), host.start::<Waiter>(&id, ())).await
-            }
-        })
-        .buffer_unordered(cfg.recovery_start_concurrency);
-    while let Some(r) = starts.next().await {
-        r?;
-        done += 1;
-        if progress.elapsed() > Duration::from_secs(10) {
-            let (rss, _) = memory_mib();
-            println!(
-                "  .. {done} runs started after {:.0} s (live {}, rss {rss:.0} MiB)",
-                start.elapsed().as_secs_f64(),
-                host.live_runs().await
-            );
-            progress = Instant::now();
-        }
-    }
-    drop(starts);
+    start_waiters(&host, n, cfg.recovery_start_concurrency, |i| {
+        format!("waiter-{i:06}")
+    })
+    .await?;
     let started = start.elapsed();
     let start_cpu = cpu_seconds() - cpu0;
     let live = wait_passivated(&host, Duration::from_secs(120)).await;

@@ -2,9 +2,11 @@
 //! waiting helpers and the table row.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjall::{Database, KeyspaceCreateOptions};
+use futures::StreamExt;
 use reel::{Ctx, Host, RunStatus, Workflow};
 use tempfile::TempDir;
 
@@ -283,4 +285,57 @@ impl Row {
 
 pub(crate) fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "MISSED" }
+}
+
+/// A memory snapshot: resident set, its peak, and the heap mimalloc has committed.
+#[derive(Clone, Copy)]
+pub(crate) struct Mem {
+    pub(crate) rss: f64,
+    pub(crate) hwm: f64,
+    pub(crate) heap: f64,
+}
+
+pub(crate) fn mem() -> Mem {
+    let (rss, hwm) = memory_mib();
+    Mem {
+        rss,
+        hwm,
+        heap: heap::in_use_mib(),
+    }
+}
+
+/// Starts `n` [`Waiter`] runs named by `id`, `in_flight` at a time, printing
+/// progress every 10 s; fails with the first start that fails.
+pub(crate) async fn start_waiters(
+    host: &Arc<Host>,
+    n: usize,
+    in_flight: usize,
+    id: impl Fn(usize) -> String,
+) -> BenchResult<()> {
+    let start = Instant::now();
+    let mut progress = Instant::now();
+    let mut done = 0usize;
+    let mut starts = futures::stream::iter(0..n)
+        .map(|i| {
+            let host = host.clone();
+            let id = id(i);
+            async move {
+                within(LIMIT, &format!("start {id}"), host.start::<Waiter>(&id, ())).await
+            }
+        })
+        .buffer_unordered(in_flight);
+    while let Some(r) = starts.next().await {
+        r?;
+        done += 1;
+        if progress.elapsed() > Duration::from_secs(10) {
+            let (rss, _) = memory_mib();
+            println!(
+                "  .. {done} runs started after {:.0} s (live {}, rss {rss:.0} MiB)",
+                start.elapsed().as_secs_f64(),
+                host.live_runs().await
+            );
+            progress = Instant::now();
+        }
+    }
+    Ok(())
 }
