@@ -212,13 +212,19 @@ async fn continued_run_survives_a_restart() -> anyhow::Result<()> {
         count(e, "StepCompleted") == 4 && count(e, "SignalAwaited") == 5
     })
     .await?;
-    // A signal not consumed yet is kept by the restart too.
+    // The fifth signal is taken by the waiting run; its step is recorded before the
+    // shutdown (a body still running at shutdown would run again after the restart,
+    // which a step may, and this test counts runs of the body).
     run.signal("add", &5u64, "add-5").await?;
+    until_log(&run, LIMIT, "the fifth step", |e| {
+        count(e, "StepCompleted") == 5
+    })
+    .await?;
     host.shutdown().await?;
 
     let host = open(dir.path(), &entity).await?;
     let run = host.handle::<Entity>("account");
-    // A resend of the unconsumed signal is still recognised by its id.
+    // A resend of the fifth signal is still recognised by its id after the restart.
     run.signal("add", &5u64, "add-5").await?;
     for i in 6..=8u64 {
         run.signal("add", &i, &format!("add-{i}")).await?;

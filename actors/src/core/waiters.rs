@@ -82,13 +82,12 @@ impl Core {
                 return Ok(changed);
             }
             let rx = self.waiters.register(run_id);
-            let checked = match self.check_open() {
-                Ok(()) => self.known(run_id).await,
-                Err(e) => Err(e),
-            };
-            let settled = match checked {
+            // Read even while the host closes: a run that has already settled
+            // answers with its state; only a wait that would begin now is refused.
+            let settled = match self.known(run_id).await {
                 Ok(meta) if pred(&meta) => Some(Ok(Changed { meta, output: None })),
-                Ok(_) => None,
+                Ok(_) => self.check_open().err().map(Err),
+                Err(_) if self.is_closing() => Some(Err(ActorError::Shutdown)),
                 Err(e) => Some(Err(e)),
             };
             if let Some(result) = settled {
