@@ -8,8 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reel::Host;
-
 use crate::Config;
 use crate::sequential::RawSequential;
 use crate::util::*;
@@ -32,14 +30,7 @@ fn quantile(v: &[f64], q: f64) -> f64 {
 async fn reel_million(n: usize, samples: usize, in_flight: usize) -> BenchResult<Million> {
     let dir = temp_dir();
     let before = mem();
-    let host = Arc::new(
-        Host::builder()
-            .path(dir.path())
-            .register(Waiter)
-            .passivate_after(Duration::from_millis(100))
-            .build()
-            .await?,
-    );
+    let host = Arc::new(waiting_host(dir.path()).await?);
     let start = Instant::now();
     start_waiters(&host, n, in_flight, |i| format!("m-{i:07}")).await?;
     let started = start.elapsed();

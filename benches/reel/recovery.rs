@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
-use reel::{Host, RunStatus};
+use reel::RunStatus;
 
 use crate::Config;
 use crate::util::*;
@@ -31,15 +31,7 @@ async fn reel_recovery(cfg: &Config) -> BenchResult<Recovery> {
     let n = cfg.recovery_runs;
     let dir = temp_dir();
     let before = mem();
-    let host = Arc::new(
-        Host::builder()
-            .path(dir.path())
-            .register(Waiter)
-            .register(Steps)
-            .passivate_after(Duration::from_millis(100))
-            .build()
-            .await?,
-    );
+    let host = Arc::new(waiting_host(dir.path()).await?);
     let cpu0 = cpu_seconds();
     let start = Instant::now();
     start_waiters(&host, n, cfg.recovery_start_concurrency, |i| {
@@ -109,13 +101,7 @@ async fn reel_recovery(cfg: &Config) -> BenchResult<Recovery> {
 
     // Reopen and accept new work.
     let t0 = Instant::now();
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Waiter)
-        .register(Steps)
-        .passivate_after(Duration::from_millis(100))
-        .build()
-        .await?;
+    let host = waiting_host(dir.path()).await?;
     let build = t0.elapsed();
     let run = within(
         LIMIT,

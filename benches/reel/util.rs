@@ -304,6 +304,18 @@ pub(crate) fn mem() -> Mem {
     }
 }
 
+/// A host on `path` with [`Waiter`] and [`Steps`] registered that passivates runs
+/// idle for 100 ms, as the starts scenarios use.
+pub(crate) async fn waiting_host(path: &Path) -> BenchResult<Host> {
+    Ok(Host::builder()
+        .path(path)
+        .register(Waiter)
+        .register(Steps)
+        .passivate_after(Duration::from_millis(100))
+        .build()
+        .await?)
+}
+
 /// Starts `n` [`Waiter`] runs named by `id`, `in_flight` at a time, printing
 /// progress every 10 s; fails with the first start that fails.
 pub(crate) async fn start_waiters(
