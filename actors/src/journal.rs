@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
 use reel_storage::{Append, Clock, Event, RunMeta, StorageError, Store, Ticket, TimerEntry};
-use tokio::sync::oneshot;
 
 use crate::host::RunHost;
 
@@ -69,19 +68,6 @@ struct Held {
     /// Position of the first held event.
     from: u64,
     events: Vec<Event>,
-    /// The landings of the held appends, answered when the write carrying them is.
-    waiters: Vec<oneshot::Sender<Result<(), StorageError>>>,
-}
-
-/// Answers the landings of held appends with the outcome of the write that
-/// carried them.
-fn answer(waiters: Vec<oneshot::Sender<Result<(), StorageError>>>, r: &Result<(), StorageError>) {
-    for w in waiters {
-        let _ = w.send(match r {
-            Ok(()) => Ok(()),
-            Err(e) => Err(StorageError::Io(e.to_string())),
-        });
-    }
 }
 
 /// Whether a non-durable append may be held for the next one: it creates no timer
@@ -124,8 +110,6 @@ pub struct Landing {
     /// The append holds a `Published` event: readers waiting for a value are told
     /// once it has landed.
     publishes: bool,
-    /// Landings of held appends this write carries: answered with it.
-    forward: Vec<oneshot::Sender<Result<(), StorageError>>>,
     journal: Journal,
 }
 
@@ -137,23 +121,7 @@ impl Landing {
             durable_end: None,
             wake: false,
             publishes: false,
-            forward: Vec::new(),
             journal: journal.clone(),
-        }
-    }
-}
-
-impl Drop for Landing {
-    /// A carrying write whose landing is dropped unpolled still answers the held
-    /// appends it carries once it lands.
-    fn drop(&mut self) {
-        if self.forward.is_empty() {
-            return;
-        }
-        let waiters = std::mem::take(&mut self.forward);
-        let ticket = std::mem::replace(&mut self.ticket, Ticket::ready(Ok(())));
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { answer(waiters, &ticket.await) });
         }
     }
 }
@@ -172,7 +140,6 @@ impl Future for Landing {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let result = std::task::ready!(Pin::new(&mut this.ticket).poll(cx));
-        answer(std::mem::take(&mut this.forward), &result);
         if result.is_ok()
             && let Some(end) = this.durable_end.take()
         {
@@ -242,50 +209,32 @@ impl Journal {
     /// same batch and handed to the timer service. Refused once the journal is
     /// closed.
     ///
-    /// A non-durable append that creates no timer is held back and travels with
-    /// the next append of the run (a step's `StepStarted` with its
-    /// `StepCompleted`: one write instead of two), or is handed to the store when
-    /// the execution goes idle ([`Journal::flush_held`]). Its sequence numbers are
-    /// taken at once, so the log order is still the call order.
+    /// A non-durable append nobody waits for goes through
+    /// [`Journal::append_unawaited`] instead.
     pub fn append(&self, events: Vec<Event>, durable: bool) -> Landing {
-        if !durable && holdable(&events) {
-            let (tx, rx) = oneshot::channel();
-            if !self.hold(events, Some(tx)) {
-                return Landing::refused(self);
-            }
-            return Landing {
-                ticket: Ticket::pending(rx),
-                durable_end: None,
-                wake: false,
-                publishes: false,
-                forward: Vec::new(),
-                journal: self.clone(),
-            };
-        }
         self.submit(events, None, Vec::new(), durable, false, false)
     }
 
-    /// [`Journal::append`] of a non-durable append nobody waits for (a step's
-    /// `StepStarted`: the durable append that follows lands after it, or reports
-    /// the failure): held with no answer to send, or handed to the store.
+    /// A non-durable append nobody waits for (a step's `StepStarted`: the durable
+    /// append that follows lands after it, or reports the failure). One that
+    /// creates no timer and publishes nothing is held back and travels with the
+    /// next append of the run (a `StepStarted` with its `StepCompleted`: one write
+    /// instead of two), or is handed to the store when the execution goes idle
+    /// ([`Journal::flush_held`]). Its sequence numbers are taken at once, so the
+    /// log order is still the call order. Nothing once the journal is closed.
     pub fn append_unawaited(&self, events: Vec<Event>) {
         if holdable(&events) {
-            self.hold(events, None);
+            self.hold(events);
         } else {
             drop(self.submit(events, None, Vec::new(), false, false, false));
         }
     }
 
-    /// Takes the events' sequence numbers and holds them for the next append;
-    /// `false` when the journal is closed.
-    fn hold(
-        &self,
-        events: Vec<Event>,
-        waiter: Option<oneshot::Sender<Result<(), StorageError>>>,
-    ) -> bool {
+    /// Takes the events' sequence numbers and holds them for the next append.
+    fn hold(&self, events: Vec<Event>) {
         let mut state = self.lock();
         if state.closed {
-            return false;
+            return;
         }
         if state.held.events.is_empty() {
             state.held.from = state.next_seq;
@@ -294,37 +243,25 @@ impl Journal {
         state.tail.extend(events.iter().cloned());
         state.index.note_all(&events);
         state.held.events.extend(events);
-        state.held.waiters.extend(waiter);
-        true
     }
 
     /// Hands the held appends to the store now: the execution has gone idle (a
     /// step body runs on, or it waits), so nothing else is coming to carry them.
     pub fn flush_held(&self) {
-        let (ticket, waiters) = {
-            let mut state = self.lock();
-            if state.held.events.is_empty() {
-                return;
-            }
-            let held = std::mem::take(&mut state.held);
-            let ticket = self.0.store.submit(Append {
-                run_id: self.0.run_id.to_string(),
-                expected_seq: Some(self.0.base + held.from),
-                events: held.events,
-                durable: false,
-                at: Some(self.0.clock.now_ms()),
-                ..Append::default()
-            });
-            (ticket, held.waiters)
-        };
-        // Nobody to answer: the write goes on without its ticket.
-        if waiters.is_empty() {
+        let mut state = self.lock();
+        if state.held.events.is_empty() {
             return;
         }
-        tokio::spawn(async move {
-            let r = ticket.await;
-            answer(waiters, &r);
-        });
+        let held = std::mem::take(&mut state.held);
+        // Nobody waits for it: the write goes on without its ticket.
+        drop(self.0.store.submit(Append {
+            run_id: self.0.run_id.to_string(),
+            expected_seq: Some(self.0.base + held.from),
+            events: held.events,
+            durable: false,
+            at: Some(self.0.clock.now_ms()),
+            ..Append::default()
+        }));
     }
 
     /// Appends `TimerCancelled` for a timer the handler dropped and removes it from
@@ -385,7 +322,6 @@ impl Journal {
             .filter_map(|e| timer_of(&self.0.run_id, e))
             .collect();
         let publishes = events.iter().any(|e| matches!(e, Event::Published { .. }));
-        let forward;
         let (ticket, durable_end) = {
             let mut state = self.lock();
             if state.closed && !is_final {
@@ -405,7 +341,6 @@ impl Journal {
                 all.extend(events);
                 (held.from, all)
             };
-            forward = held.waiters;
             let expected_seq = (!all.is_empty()).then_some(self.0.base + from);
             let removed = remove_timers.clone();
             let ticket = self.0.store.submit(Append {
@@ -434,7 +369,6 @@ impl Journal {
             durable_end,
             wake,
             publishes,
-            forward,
             journal: self.clone(),
         }
     }
