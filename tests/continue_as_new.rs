@@ -275,6 +275,43 @@ async fn a_wake_up_replays_only_the_current_segment() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A message sent to a run's actor just as it passivates is neither lost nor left
+/// unanswered: it reaches the run's next actor. Many signals, each racing the
+/// passivation of the actor the one before it woke.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_racing_passivation_all_arrive() -> anyhow::Result<()> {
+    const SIGNALS: u64 = 600;
+    let dir = tempfile::tempdir()?;
+    let entity = Entity::default();
+    let host = Host::builder()
+        .path(dir.path().join("store"))
+        .register(entity.clone())
+        .passivate_after(Duration::ZERO)
+        .build()
+        .await?;
+    let ledger = Ledger {
+        adds: Vec::new(),
+        until: SIGNALS as usize,
+    };
+    let run = host.start::<Entity>("racer", ledger).await?;
+    for i in 1..=SIGNALS {
+        within(
+            LIMIT,
+            "a signal",
+            run.signal("add", &i, &format!("add-{i}")),
+        )
+        .await??;
+        // Every other signal lands on a run that has settled (and so passivates).
+        if i % 2 == 0 && i < SIGNALS {
+            within(LIMIT, "suspension", run.wait_until_suspended()).await??;
+        }
+    }
+    let adds = within(LIMIT, "the result", run.result()).await??;
+    assert_eq!(adds, (1..=SIGNALS).collect::<Vec<_>>());
+    host.shutdown().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continuing_as_another_workflow_is_a_typed_error() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;

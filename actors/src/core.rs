@@ -27,6 +27,7 @@ use reel_storage::{
 };
 use tokio::sync::{OnceCell, Semaphore};
 
+use crate::asking::ask;
 use crate::blocking::blocking;
 use crate::engine::Registry;
 use crate::error::ActorError;
@@ -522,7 +523,7 @@ impl Core {
             }
         }
         for actor in &live {
-            let _ = actor.ask(StopRun).await;
+            let _ = ask(actor, StopRun).await;
         }
         for actor in &live {
             actor.wait_for_shutdown().await;

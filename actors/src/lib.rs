@@ -19,7 +19,8 @@
 //!   waiting on runs), `blocking` (storage calls off the async workers),
 //!   `passivation` (one queue that passivates idle run actors), `log_watch`
 //!   ([`LogWatch`]: told when a watched run's log grows), `retention`
-//!   ([`Retention`]), `queues` (queues' admission state: [`QueueLimits`]).
+//!   ([`Retention`]), `queues` (queues' admission state: [`QueueLimits`]),
+//!   `asking` (asks that never wait on an actor that stopped for good).
 //! - `host`: `RunHost`, the narrow interface that everything below the core holds
 //!   (weakly) instead of the [`Core`]; the core implements it.
 //! - `journal`: [`Journal`], a run's append handle over its current log segment
@@ -40,6 +41,7 @@
 //!   (child-run links, child cycles), `core::listing`, `core::queueing` (starting
 //!   runs on queues and admitting them), `core::run_host` (the core as `RunHost`).
 
+mod asking;
 mod blocking;
 mod core;
 mod engine;

@@ -62,7 +62,7 @@ impl Core {
         }
         // Spawned while the host began to shut down (which may have missed it).
         if self.is_closing() {
-            let _ = actor.ask(StopRun).await;
+            let _ = ask(&actor, StopRun).await;
             return Err(ActorError::Shutdown);
         }
         Ok(actor)

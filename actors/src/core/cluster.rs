@@ -364,7 +364,7 @@ impl Core {
             .retain(|r, _| !owned(r));
         for cell in cells {
             if let Some(actor) = cell.get() {
-                let _ = actor.ask(StopRun).await;
+                let _ = ask(actor, StopRun).await;
             }
         }
     }

@@ -39,7 +39,7 @@ impl Core {
             .get(run_id)
             .cloned();
         if let Some(actor) = cell.as_ref().and_then(|c| c.get()) {
-            let _ = actor.ask(StopRun).await;
+            let _ = ask(actor, StopRun).await;
             actor.wait_for_shutdown().await;
         }
         let store = self.store.clone();

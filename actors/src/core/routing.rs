@@ -2,6 +2,8 @@
 //! retrying when its actor stopped meanwhile), and background deliveries of what
 //! wakes runs (timers coming due, child results, cancels passed on to children).
 //! A run another host owns gets the message as mail (`cluster`).
+//! Like every ask of a run actor, deliveries go through `asking::ask`, which never
+//! waits on an actor that has stopped for good.
 
 use super::*;
 
@@ -68,9 +70,15 @@ impl Core {
                 return self.post(run_id, msg.mail()).await;
             }
             let actor = self.actor_for(run_id, preload.take()).await?;
-            match actor.ask(msg.clone()).await {
+            match ask(&actor, msg.clone()).await {
                 Ok(()) => return Ok(()),
                 Err(SendError::HandlerError(ActorError::Retired)) => {}
+                // The actor's view of the log was behind the store (an append of the
+                // run's previous actor landed after this one read the log): nothing
+                // was written, and the actor has retired, so a fresh one rereads.
+                Err(SendError::HandlerError(ActorError::Storage(StorageError::Conflict {
+                    ..
+                }))) => {}
                 // The run's partition was taken over since the check above: its
                 // write was refused, so the new owner gets the message.
                 Err(SendError::HandlerError(ActorError::Storage(StorageError::NotOwner {
