@@ -498,8 +498,21 @@ where
                 this.reported = None;
                 continue;
             }
-            // Idle: appends held back for the next write go to the store now.
-            if let Some(j) = &this.journal {
+            // Only waiting: the actor records the suspension, and the appends held
+            // back for the next write (a wait's `SignalAwaited`) travel with it.
+            if this.landings.is_empty()
+                && this.reported != Some(this.walked)
+                && !this.wound_down()
+                && let Some(s) = this.suspension()
+            {
+                this.reported = Some(this.walked);
+                return Poll::Ready(Some(s));
+            }
+            // Idle otherwise (a step body runs on): held appends go to the store now.
+            // Not once the suspension is reported: the actor's write of it takes them.
+            if this.reported != Some(this.walked)
+                && let Some(j) = &this.journal
+            {
                 j.flush_held();
             }
             if !this.landings.is_empty() {

@@ -3,7 +3,9 @@
 //! again, but a child this host has started and subscribed to is neither started
 //! nor checked for a cycle again, so the store operations of a fan-in of N grow
 //! linearly in N, not with N² (issue 11). After a restart each unfinished child is
-//! started once more, not once per execution of the parent.
+//! started once more, not once per execution of the parent. And a run looping on
+//! signals writes three times per signal: the signal, the step (its start and
+//! result together), and the suspension with the wait it records.
 
 mod common;
 
@@ -204,6 +206,53 @@ async fn after_a_restart_each_unfinished_child_is_started_once() -> anyhow::Resu
         N / 2
     );
     eprintln!("after the restart: {ops:?}");
+    host.shutdown().await?;
+    Ok(())
+}
+
+/// Waits for a signal and applies it in a step, `n` times.
+struct Looper;
+impl Workflow for Looper {
+    const NAME: &'static str = "looper";
+    type Input = u32;
+    type Output = u32;
+    async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<u32> {
+        let mut sum = 0;
+        for _ in 0..n {
+            let add: u32 = ctx.wait_for_signal("add").await?;
+            sum += ctx
+                .step("apply", move |_| async move { Ok::<_, String>(add) })
+                .await?;
+        }
+        Ok(sum)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_loop_writes_three_times_per_signal() -> anyhow::Result<()> {
+    const SIGNALS: u32 = 20;
+    let dir = tempfile::tempdir()?;
+    let store = CountingStore::new(FjallStore::open(dir.path())?);
+    let host = Host::builder()
+        .store(store.clone())
+        .register(Looper)
+        .build()
+        .await?;
+    let run = host.start::<Looper>("loop", SIGNALS + 1).await?;
+    run.wait_until_suspended().await?;
+    let before = store.count(Op::Submit, |r| r == "loop");
+    for i in 0..SIGNALS {
+        run.signal("add", &i, &format!("add-{i}")).await?;
+        run.wait_until_suspended().await?;
+    }
+    let writes = store.count(Op::Submit, |r| r == "loop") - before;
+    // The signal (with the state back to running), `StepStarted` + `StepCompleted`,
+    // and the suspension's state with the next wait's `SignalAwaited`.
+    assert_eq!(
+        writes,
+        3 * u64::from(SIGNALS),
+        "writes for {SIGNALS} signals"
+    );
     host.shutdown().await?;
     Ok(())
 }

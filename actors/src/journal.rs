@@ -53,8 +53,9 @@ struct State {
     /// more (a cancelled run never gets an event after `RunCancelled`).
     closed: bool,
     /// Non-durable events of the execution not handed to the store yet (a step's
-    /// `StepStarted`): they go with the next append, or when the execution goes
-    /// idle ([`Journal::flush_held`]), whichever comes first.
+    /// `StepStarted`, a wait's `SignalAwaited`): they go with the next append
+    /// (the actor's write of a suspension among them), or when the execution goes
+    /// idle with a step body running ([`Journal::flush_held`]).
     held: Held,
     /// The run is paused: the live execution makes no more results visible and
     /// ends once the step bodies under way have finished ([`Journal::pause`]).
@@ -219,8 +220,9 @@ impl Journal {
     /// append that follows lands after it, or reports the failure). One that
     /// creates no timer and publishes nothing is held back and travels with the
     /// next append of the run (a `StepStarted` with its `StepCompleted`: one write
-    /// instead of two), or is handed to the store when the execution goes idle
-    /// ([`Journal::flush_held`]). Its sequence numbers are taken at once, so the
+    /// instead of two), with the actor's write of the run's suspension (a wait's
+    /// `SignalAwaited`), or is handed to the store when the execution goes idle
+    /// with a step body running ([`Journal::flush_held`]). Its sequence numbers are taken at once, so the
     /// log order is still the call order. Nothing once the journal is closed.
     pub fn append_unawaited(&self, events: Vec<Event>) {
         if holdable(&events) {
@@ -228,6 +230,15 @@ impl Journal {
         } else {
             drop(self.submit(events, None, Vec::new(), false, false, false));
         }
+    }
+
+    /// Writes the held appends, if any, as an append of their own, and tells when
+    /// they have landed: the actor's write for a suspension that changes no state.
+    pub(crate) fn write_held(&self) -> Option<Landing> {
+        if self.lock().held.events.is_empty() {
+            return None;
+        }
+        Some(self.submit(Vec::new(), None, Vec::new(), false, false, false))
     }
 
     /// Takes the events' sequence numbers and holds them for the next append.
@@ -245,8 +256,9 @@ impl Journal {
         state.held.events.extend(events);
     }
 
-    /// Hands the held appends to the store now: the execution has gone idle (a
-    /// step body runs on, or it waits), so nothing else is coming to carry them.
+    /// Hands the held appends to the store now: the execution has gone idle while
+    /// a step body runs on, so nothing else is coming to carry them soon. (When it
+    /// only waits, the actor's write of the suspension carries them.)
     pub fn flush_held(&self) {
         let mut state = self.lock();
         if state.held.events.is_empty() {

@@ -100,6 +100,12 @@ impl Message<ExecReport> for RunActor {
                         tracing::warn!(run_id = %self.run_id, error = %e, "reel: could not record suspension");
                     }
                     self.host.notify_changed(&self.run_id, Some(&self.meta));
+                } else if let Some(landing) = self.journal.write_held() {
+                    // No state to record: what the execution held back for the next
+                    // write (it reports a suspension instead of writing) goes alone.
+                    if let Err(e) = landing.await {
+                        tracing::warn!(run_id = %self.run_id, error = %e, "reel: could not record a wait");
+                    }
                 }
                 self.settle(&me);
                 Ok(())
