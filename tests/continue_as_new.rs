@@ -114,6 +114,24 @@ fn open(dir: &Path, entity: &Entity) -> impl Future<Output = reel::Result<Host>>
         .build()
 }
 
+/// A host that passivates a run as soon as it only waits: every signal activates
+/// the run from disk and replays.
+fn open_passivating(dir: &Path, entity: &Entity) -> impl Future<Output = reel::Result<Host>> {
+    Host::builder()
+        .path(dir.join("store"))
+        .register(entity.clone())
+        .passivate_after(Duration::ZERO)
+        .build()
+}
+
+/// A ledger that ends after `until` signals.
+fn ledger(until: usize) -> Ledger {
+    Ledger {
+        adds: Vec::new(),
+        until,
+    }
+}
+
 fn count(events: &[Event], kind: &str) -> usize {
     events.iter().filter(|e| e.kind() == kind).count()
 }
@@ -127,11 +145,7 @@ async fn unconsumed_signals_carry_over_in_order() -> anyhow::Result<()> {
         ..Entity::default()
     };
     let host = open(dir.path(), &entity).await?;
-    let ledger = Ledger {
-        adds: Vec::new(),
-        until: 10,
-    };
-    let run = host.start::<Entity>("cart", ledger).await?;
+    let run = host.start::<Entity>("cart", ledger(10)).await?;
     run.signal("add", &1u64, "add-1").await?;
     until_log(&run, LIMIT, "the first step", |e| {
         count(e, "StepStarted") == 1
@@ -199,11 +213,7 @@ async fn continued_run_survives_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let entity = Entity::default();
     let host = open(dir.path(), &entity).await?;
-    let ledger = Ledger {
-        adds: Vec::new(),
-        until: 8,
-    };
-    let run = host.start::<Entity>("account", ledger).await?;
+    let run = host.start::<Entity>("account", ledger(8)).await?;
     for i in 1..=4u64 {
         run.signal("add", &i, &format!("add-{i}")).await?;
     }
@@ -242,18 +252,8 @@ async fn continued_run_survives_a_restart() -> anyhow::Result<()> {
 async fn a_wake_up_replays_only_the_current_segment() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let entity = Entity::default();
-    // Passivate at once: every signal activates the run from disk and replays.
-    let host = Host::builder()
-        .path(dir.path().join("store"))
-        .register(entity.clone())
-        .passivate_after(Duration::ZERO)
-        .build()
-        .await?;
-    let ledger = Ledger {
-        adds: Vec::new(),
-        until: 30,
-    };
-    let run = host.start::<Entity>("session", ledger).await?;
+    let host = open_passivating(dir.path(), &entity).await?;
+    let run = host.start::<Entity>("session", ledger(30)).await?;
     for i in 1..=29u64 {
         run.signal("add", &i, &format!("add-{i}")).await?;
         run.wait_until_suspended().await?;
@@ -283,17 +283,10 @@ async fn signals_racing_passivation_all_arrive() -> anyhow::Result<()> {
     const SIGNALS: u64 = 600;
     let dir = tempfile::tempdir()?;
     let entity = Entity::default();
-    let host = Host::builder()
-        .path(dir.path().join("store"))
-        .register(entity.clone())
-        .passivate_after(Duration::ZERO)
-        .build()
+    let host = open_passivating(dir.path(), &entity).await?;
+    let run = host
+        .start::<Entity>("racer", ledger(SIGNALS as usize))
         .await?;
-    let ledger = Ledger {
-        adds: Vec::new(),
-        until: SIGNALS as usize,
-    };
-    let run = host.start::<Entity>("racer", ledger).await?;
     for i in 1..=SIGNALS {
         within(
             LIMIT,
