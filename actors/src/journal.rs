@@ -222,8 +222,9 @@ impl Journal {
     /// next append of the run (a `StepStarted` with its `StepCompleted`: one write
     /// instead of two), with the actor's write of the run's suspension (a wait's
     /// `SignalAwaited`), or is handed to the store when the execution goes idle
-    /// with a step body running ([`Journal::flush_held`]). Its sequence numbers are taken at once, so the
-    /// log order is still the call order. Nothing once the journal is closed.
+    /// with a step body running ([`Journal::flush_held`]). Its sequence numbers
+    /// are taken at once, so the log order is still the call order. Nothing once
+    /// the journal is closed.
     pub fn append_unawaited(&self, events: Vec<Event>) {
         if holdable(&events) {
             self.hold(events);

@@ -115,9 +115,9 @@ impl Ctx {
         if opened == Ok(Opened::New) {
             // Only a timed wait is fsynced: its deadline is a timer. An untimed wait
             // decides nothing by itself; it only places the wait in the log. It
-            // travels with the run's next append or goes when the execution idles,
-            // and the signal that ends it is appended durably after it, which makes
-            // it durable too. Lost in a crash before that, it is recorded again
+            // travels with the run's next append (the actor's write of the run's
+            // suspension, when the run then only waits), and the signal that ends
+            // it is appended durably after it, which makes it durable too. Lost in a crash before that, it is recorded again
             // when the handler reaches the wait on replay.
             self.record(
                 vec![Event::SignalAwaited {
