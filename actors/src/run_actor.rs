@@ -10,12 +10,13 @@
 //! execution and the decoded log are dropped, and the next message activates a
 //! fresh actor from disk, which replays.
 
+use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Weak};
 
 use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
-use kameo::error::ActorStopReason;
+use kameo::error::{ActorStopReason, PanicError};
 use kameo::message::{Context, Message};
 use reel_storage::{Event, Failure, RunMeta, RunState, Store, TimerEntry};
 use tokio::task::AbortHandle;
@@ -174,6 +175,17 @@ impl Actor for RunActor {
     ) -> Result<(), ActorError> {
         self.abort_execution();
         Ok(())
+    }
+
+    /// Says so (kameo is built without its own logging), then stops: the
+    /// supervisor restarts the run from disk, or parks it past the restart limit.
+    async fn on_panic(
+        &mut self,
+        _: WeakActorRef<Self>,
+        err: PanicError,
+    ) -> Result<ControlFlow<ActorStopReason>, ActorError> {
+        tracing::error!(run_id = %self.run_id, error = %err, "reel: run actor crashed; restarting it from disk");
+        Ok(ControlFlow::Break(ActorStopReason::Panicked(err)))
     }
 }
 

@@ -73,6 +73,18 @@ impl Actor for TimerService {
         }
         Ok(())
     }
+
+    /// Says so (kameo is built without its own logging), then stops.
+    async fn on_panic(
+        &mut self,
+        _: kameo::actor::WeakActorRef<Self>,
+        err: kameo::error::PanicError,
+    ) -> Result<std::ops::ControlFlow<kameo::error::ActorStopReason>, Infallible> {
+        tracing::error!(error = %err, "reel: the timer service crashed");
+        Ok(std::ops::ControlFlow::Break(
+            kameo::error::ActorStopReason::Panicked(err),
+        ))
+    }
 }
 
 impl TimerService {
