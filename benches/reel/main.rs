@@ -42,6 +42,9 @@
 //!   the recovery and million scenarios.
 //! - `REEL_BENCH_MILLION_RUNS` (default 1,000,000): runs of the million scenario.
 //! - `REEL_BENCH_ENTITY_SIGNALS` (default 10,000): signals of the entity scenario.
+//! - `REEL_BENCH_TRACING` (say `info`): installs a `tracing` subscriber with that
+//!   filter that formats what it records and writes it nowhere, as a service that
+//!   logs would; the default records nothing.
 //! - `REEL_BENCH_DIR` picks the filesystem of the temporary directories (default:
 //!   the system temp dir); the figures are dominated by fsync.
 //!
@@ -138,6 +141,12 @@ impl Config {
 
 fn main() {
     let cfg = Config::from_env();
+    if let Ok(filter) = std::env::var("REEL_BENCH_TRACING") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::sink)
+            .init();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
