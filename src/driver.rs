@@ -498,10 +498,11 @@ where
                 this.reported = None;
                 continue;
             }
-            // Only waiting: the actor records the suspension, and the appends held
-            // back for the next write (a wait's `SignalAwaited`) travel with it.
-            if this.landings.is_empty()
-                && this.reported != Some(this.walked)
+            // Only waiting (no landing, effect or body pending: `suspension`), and
+            // not winding down from a pause: report it. The actor records the
+            // suspension, and the appends held back for the next write (a wait's
+            // `SignalAwaited`) travel with that write.
+            if this.reported != Some(this.walked)
                 && !this.wound_down()
                 && let Some(s) = this.suspension()
             {
@@ -526,12 +527,6 @@ where
             }
             if this.wound_down() {
                 return this.finish(Outcome::Paused);
-            }
-            if this.reported != Some(this.walked)
-                && let Some(s) = this.suspension()
-            {
-                this.reported = Some(this.walked);
-                return Poll::Ready(Some(s));
             }
             return Poll::Pending;
         }
