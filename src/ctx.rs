@@ -8,7 +8,7 @@
 //! every replay whatever combinator it uses. The primitives themselves live in
 //! [`crate::primitives`], one file each.
 
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};

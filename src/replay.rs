@@ -10,7 +10,7 @@
 //! Results are not matched here: the driver makes them visible one at a time, in log
 //! order, through [`crate::slots`].
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use reel_actors::retry_timer_id;

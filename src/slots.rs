@@ -15,7 +15,9 @@
 //! that is dropped takes nothing with it: a signal it had received but not returned
 //! goes back to the front of the line.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use foldhash::HashMap;
 use std::task::Waker;
 
 use reel_storage::{Event, Failure, Payload};

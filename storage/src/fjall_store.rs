@@ -22,13 +22,14 @@
 //! writer thread that drains what is queued into one batch, commits it with one
 //! fdatasync and only then answers every caller of that batch.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use fjall::{Database, Keyspace, PersistMode};
+use fjall::{Database, Keyspace, PersistMode, Slice};
 use tokio::sync::oneshot;
 
 use crate::keys::{encode_timer_key, log_end, log_key, log_prefix, seq_of};
@@ -123,8 +124,10 @@ struct Request {
 struct Encoded {
     run_id: String,
     expected_seq: Option<u64>,
-    records: Vec<Vec<u8>>,
-    meta: Option<(Vec<u8>, bool)>,
+    /// Encoded once into a buffer the thread keeps, then copied into values of
+    /// their exact size, which the batch takes without another copy.
+    records: Vec<Slice>,
+    meta: Option<(Slice, bool)>,
     listed: Option<Listed>,
     /// Removes the run instead (`LogWriter::delete`).
     delete: bool,
@@ -246,10 +249,10 @@ impl FjallStore {
         let records = append
             .events
             .iter()
-            .map(|e| Record::encode(e, at))
+            .map(|e| encoded(|buf| Record::encode_into(e, at, buf)))
             .collect::<Result<Vec<_>>>()?;
         let meta = match &append.meta {
-            Some(m) => Some((m.encode()?, m.state.is_finished())),
+            Some(m) => Some((encoded(|buf| m.encode_into(buf))?, m.state.is_finished())),
             None => None,
         };
         Ok(Encoded {
@@ -264,6 +267,33 @@ impl FjallStore {
             run_id: append.run_id,
         })
     }
+}
+
+/// A value encoded by `encode` into this thread's scratch buffer, copied into a
+/// value of its exact size: one allocation, where encoding into a fresh vector
+/// grows it several times and the batch then copies it once more.
+fn encoded(encode: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Result<Slice> {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(256));
+    }
+    SCRATCH.with(|scratch| {
+        // Re-entered only if an encoder encoded a value itself, which none does;
+        // a fresh buffer keeps that case correct.
+        let mut fresh = Vec::new();
+        let mut borrowed = scratch.try_borrow_mut();
+        let buf = match &mut borrowed {
+            Ok(b) => &mut **b,
+            Err(_) => &mut fresh,
+        };
+        buf.clear();
+        encode(buf)?;
+        let value = Slice::from(buf.as_slice());
+        // A rare huge value should not stay resident with the thread.
+        if buf.capacity() > 64 * 1024 {
+            *buf = Vec::with_capacity(256);
+        }
+        Ok(value)
+    })
 }
 
 impl LogWriter for FjallStore {

@@ -201,7 +201,17 @@ impl RunMeta {
     /// [`StorageError::Encode`] if serialization fails (it cannot for this type, but
     /// the encoder's contract allows it).
     pub fn encode(&self) -> Result<Vec<u8>, StorageError> {
-        rmp_serde::to_vec(self).map_err(|e| StorageError::Encode(e.to_string()))
+        let mut buf = Vec::with_capacity(128);
+        self.encode_into(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// Encodes the record as MessagePack, appending to `buf`.
+    ///
+    /// # Errors
+    /// See [`RunMeta::encode`].
+    pub fn encode_into(&self, buf: &mut Vec<u8>) -> Result<(), StorageError> {
+        rmp_serde::encode::write(buf, self).map_err(|e| StorageError::Encode(e.to_string()))
     }
 
     /// Decodes a record stored in `keyspace` (`runs` or `active`) under `key`, which

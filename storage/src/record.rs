@@ -38,7 +38,18 @@ impl Record {
     /// # Errors
     /// [`StorageError::Encode`] if serialization fails.
     pub fn encode(event: &Event, at_ms: u64) -> Result<Vec<u8>, StorageError> {
-        rmp_serde::to_vec(&(at_ms, event)).map_err(|e| StorageError::Encode(e.to_string()))
+        let mut buf = Vec::with_capacity(64);
+        Record::encode_into(event, at_ms, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Encodes `event` as a record appended at `at_ms`, appending to `buf`.
+    ///
+    /// # Errors
+    /// [`StorageError::Encode`] if serialization fails.
+    pub fn encode_into(event: &Event, at_ms: u64, buf: &mut Vec<u8>) -> Result<(), StorageError> {
+        rmp_serde::encode::write(buf, &(at_ms, event))
+            .map_err(|e| StorageError::Encode(e.to_string()))
     }
 
     /// Decodes the record stored at `seq` of `run_id`'s log (both labels only

@@ -3,7 +3,7 @@
 //! the log grows, so that a wake-up costs a lookup and not a scan of every timer,
 //! signal and child the run has already finished with.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 
 use reel_storage::{Event, TimerEntry};
 

@@ -12,7 +12,9 @@
 //! A store written before the indexes existed gets them built once on open (the
 //! `listing` marker in the `reel` keyspace says it is done).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 use std::ops::Bound;
 
 use fjall::{Keyspace, OwnedWriteBatch, PersistMode};

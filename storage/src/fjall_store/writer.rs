@@ -23,7 +23,7 @@
 //! inline path is only taken when no request sent earlier is still uncommitted,
 //! so a run's appends land in the order they were submitted either way.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -33,7 +33,7 @@ use fjall::PersistMode;
 use super::index::ListingWriter;
 use super::{Encoded, Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
 use crate::StorageError;
-use crate::keys::{log_key, log_prefix, seq_of};
+use crate::keys::{log_prefix, seq_of};
 use crate::store::{CommitListener, Outstanding, Result};
 use fjall::OwnedWriteBatch;
 
@@ -339,12 +339,12 @@ fn commit_batch(
             continue;
         }
         if let Some(expected) = a.expected_seq {
+            let mut key = log_prefix(&a.run_id);
+            let prefix = key.len();
             for (i, record) in a.records.iter().enumerate() {
-                batch.insert(
-                    &ks.log,
-                    log_key(&a.run_id, expected + i as u64),
-                    record.as_slice(),
-                );
+                key.truncate(prefix);
+                key.extend_from_slice(&(expected + i as u64).to_be_bytes());
+                batch.insert(&ks.log, key.as_slice(), record.clone());
             }
             let next = expected + a.records.len() as u64;
             cache.set(&a.run_id, next);
@@ -353,12 +353,12 @@ fn commit_batch(
             }
         }
         if let Some((meta, finished)) = &a.meta {
-            batch.insert(&ks.runs, a.run_id.as_str(), meta.as_slice());
+            batch.insert(&ks.runs, a.run_id.as_str(), meta.clone());
             if *finished {
                 batch.remove(&ks.active, a.run_id.as_str());
                 finished_runs.push(a.run_id.clone());
             } else {
-                batch.insert(&ks.active, a.run_id.as_str(), meta.as_slice());
+                batch.insert(&ks.active, a.run_id.as_str(), meta.clone());
             }
         }
         for t in &a.remove_timers {
