@@ -22,7 +22,6 @@
 //! no more of the log, lets its running step bodies finish and record their
 //! results, and then ends with `Outcome::Paused`.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -77,6 +76,43 @@ enum Walked {
     Diverged,
 }
 
+/// What walking one event did.
+enum Visit {
+    /// A result not durable yet: it is not walked.
+    NotDurable,
+    /// The event does not match the handler's calls.
+    Diverged,
+    /// Walked; what it delivered.
+    Walked(crate::slots::Delivered),
+}
+
+/// Walks the event at `seq`: checks a recorded opening against the handler's
+/// calls, notes what the event settles, and delivers a result to its slot.
+fn visit(ctx: &Ctx, seq: u64, history_len: u64, event: &Event) -> Visit {
+    let mut st = ctx.lock();
+    if seq < history_len && is_opening(event) {
+        // What the handler waits on is described only for the error.
+        let State { replay, slots, .. } = &mut *st;
+        let checked = replay.walk_opening(|| match slots.describe_waits() {
+            Some((what, _)) => format!("did not call it: it waits on {what}"),
+            None => "did not call it".to_owned(),
+        });
+        if checked.is_err() {
+            return Visit::Diverged;
+        }
+    }
+    match event {
+        Event::TimerFired { id } => {
+            st.settled.insert(id.clone());
+        }
+        Event::StepFailed {
+            id, attempt, error, ..
+        } if seq >= history_len => st.replay.note_step_failure(id, *attempt, error),
+        _ => {}
+    }
+    Visit::Walked(st.slots.deliver(seq, event))
+}
+
 struct Driver<F> {
     ctx: Ctx,
     journal: Option<Journal>,
@@ -111,14 +147,20 @@ where
         }
     }
 
-    /// The event at `seq`: borrowed from `history` (the log this execution began
-    /// with, which a replay walks whole), copied from the journal only past it.
-    fn event_at<'h>(&self, history: &'h [Event], seq: u64) -> Option<Cow<'h, Event>> {
+    /// Visits the event at `seq` in place: in `history` (the log this execution
+    /// began with, which a replay walks whole), or past it in the journal, under
+    /// its lock. `None` past the end of the log.
+    fn with_event_at<R>(
+        &self,
+        history: &[Event],
+        seq: u64,
+        visit: impl FnOnce(&Event) -> R,
+    ) -> Option<R> {
         let i = usize::try_from(seq).ok()?;
         if let Some(e) = history.get(i) {
-            return Some(Cow::Borrowed(e));
+            return Some(visit(e));
         }
-        self.journal.as_ref()?.event_at(seq).map(Cow::Owned)
+        self.journal.as_ref()?.with_event_at(seq, visit)
     }
 
     /// Takes the appends the primitives queued, and starts the child runs they
@@ -208,38 +250,25 @@ where
                 // step waits for it.
                 return Walked::Idle;
             }
-            let Some(event) = self.event_at(&history, self.walked) else {
-                return Walked::Idle;
-            };
-            if is_result(&event) && self.walked >= durable {
-                return Walked::Idle;
-            }
             let seq = self.walked;
-            self.walked += 1;
-            let delivered = {
-                let mut st = self.ctx.lock();
-                if seq < history_len && is_opening(&event) {
-                    // What the handler waits on is described only for the error.
-                    let State { replay, slots, .. } = &mut *st;
-                    let checked = replay.walk_opening(|| match slots.describe_waits() {
-                        Some((what, _)) => format!("did not call it: it waits on {what}"),
-                        None => "did not call it".to_owned(),
-                    });
-                    if checked.is_err() {
-                        return Walked::Diverged;
-                    }
+            // Visited in place, not copied: an event the execution appended itself
+            // is read under the journal's lock (the actor, the only other user of
+            // that lock, never takes the context's).
+            let visited = self.with_event_at(&history, seq, |event| {
+                if is_result(event) && seq >= durable {
+                    return Visit::NotDurable;
                 }
-                match &*event {
-                    Event::TimerFired { id } => {
-                        st.settled.insert(id.clone());
-                    }
-                    Event::StepFailed {
-                        id, attempt, error, ..
-                    } if seq >= history_len => st.replay.note_step_failure(id, *attempt, error),
-                    _ => {}
+                visit(&self.ctx, seq, history_len, event)
+            });
+            let delivered = match visited {
+                None | Some(Visit::NotDurable) => return Walked::Idle,
+                Some(Visit::Diverged) => {
+                    self.walked += 1;
+                    return Walked::Diverged;
                 }
-                st.slots.deliver(seq, &event)
+                Some(Visit::Walked(delivered)) => delivered,
             };
+            self.walked += 1;
             if delivered.resolved {
                 self.settle_delivery(delivered);
                 return Walked::Delivered;

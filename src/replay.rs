@@ -323,7 +323,7 @@ impl Replay {
                 self.hashed_step_names.insert(name.to_owned());
                 return name.to_owned();
             }
-            let id = format!("{name}#{n}");
+            let id = numbered(name, n);
             if !self.hashed_step_names.contains(&id) {
                 return id;
             }
@@ -568,6 +568,28 @@ impl Replay {
     pub(crate) fn child_done(&self, id: &str) -> bool {
         self.children_done.contains(id)
     }
+}
+
+/// `name#n`, built without the formatting machinery (a step's id, on every call).
+fn numbered(name: &str, n: u32) -> String {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut id = String::with_capacity(name.len() + 1 + digits.len() - at);
+    id.push_str(name);
+    id.push('#');
+    for &d in &digits[at..] {
+        id.push(char::from(d));
+    }
+    id
 }
 
 #[cfg(test)]

@@ -459,11 +459,17 @@ impl Journal {
 
     /// The event at `seq`, if it has been appended.
     pub fn event_at(&self, seq: u64) -> Option<Event> {
+        self.with_event_at(seq, Event::clone)
+    }
+
+    /// Runs `f` over the event at position `seq` of the segment, in place, under
+    /// the journal's lock: `f` must not call the journal.
+    pub fn with_event_at<R>(&self, seq: u64, f: impl FnOnce(&Event) -> R) -> Option<R> {
         let state = self.lock();
         let seq = usize::try_from(seq).ok()?;
         match seq.checked_sub(state.history.len()) {
-            None => state.history.get(seq).cloned(),
-            Some(i) => state.tail.get(i).cloned(),
+            None => state.history.get(seq).map(f),
+            Some(i) => state.tail.get(i).map(f),
         }
     }
 

@@ -199,3 +199,11 @@ fn retry_plans_follow_the_log() {
     let r = Replay::new(&Arc::new(log));
     assert!(StepRecord::read(&r.history, "a").done);
 }
+
+#[test]
+fn numbered_ids_read_as_formatted() {
+    for n in [0, 1, 2, 9, 10, 11, 99, 100, 12_345, u32::MAX] {
+        assert_eq!(numbered("charge", n), format!("charge#{n}"));
+    }
+    assert_eq!(numbered("", 7), "#7");
+}
