@@ -253,6 +253,9 @@ async fn a_fork_rearms_pending_timers_and_refuses_to_adopt_children() -> anyhow:
         host.run("parent-2").status().await,
         Err(Error::UnknownRun(_))
     ));
+    // `ChildStarted` is recorded before the child run is created; a suspended
+    // parent's children exist.
+    within(LIMIT, "the parent to wait", parent.wait_until_suspended()).await??;
     let kid = host.run("kid");
     within(LIMIT, "the kid to wait", kid.wait_until_suspended()).await??;
     kid.signal("go", &(), "go-1").await?;

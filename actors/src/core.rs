@@ -37,7 +37,7 @@ use crate::log_watch::{LogWatch, LogWatchers};
 use crate::message::{Delivery, Mailable, Resume, StopRun};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
-use crate::run_actor::{RunActor, RunArgs};
+use crate::run_actor::{Preload, RunActor, RunArgs};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
 use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService};
 use crate::waiters::{PruneOnDrop, Waiters};
@@ -77,7 +77,7 @@ pub enum Started {
 pub struct Core {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) registry: Arc<dyn Registry>,
-    pub(crate) options: CoreOptions,
+    pub(crate) options: Arc<CoreOptions>,
     /// The live runs' actors. A cell is published under the (short) lock before its
     /// actor is spawned outside it, so deliveries to other runs never wait on a spawn
     /// and concurrent deliveries to one run spawn one actor.
@@ -277,7 +277,7 @@ impl Core {
         tokio::spawn(async move {
             let _permit = permit;
             let _busy = busy;
-            let preload = Some((meta_copy, events_copy));
+            let preload = Some(Box::new((meta_copy, events_copy)));
             match core.deliver_with(&run_id, Resume, preload).await {
                 Ok(()) | Err(ActorError::Shutdown) => {}
                 Err(e) => {

@@ -45,22 +45,28 @@ pub(crate) struct RunArgs {
     pub(crate) host: Weak<dyn RunHost>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) registry: Arc<dyn Registry>,
-    pub(crate) options: CoreOptions,
+    pub(crate) options: Arc<CoreOptions>,
     pub(crate) passivator: Passivator,
     pub(crate) run_id: Arc<str>,
     pub(crate) resume: bool,
     /// The run as just created: spares the first start a read of what was written.
-    pub(crate) preload: Option<(RunMeta, Vec<Event>)>,
+    pub(crate) preload: Option<Preload>,
 }
+
+/// A run as just written: its metadata and log. Boxed, like the actor's metadata
+/// and options, to keep small what kameo holds inline in every run actor's task
+/// for its whole life (7 KB a run with them inline, where a host may keep tens of
+/// thousands of run actors live).
+pub(crate) type Preload = Box<(RunMeta, Vec<Event>)>;
 
 pub(crate) struct RunActor {
     host: Arc<dyn RunHost>,
     store: Arc<dyn Store>,
     registry: Arc<dyn Registry>,
-    options: CoreOptions,
+    options: Arc<CoreOptions>,
     passivator: Passivator,
     run_id: Arc<str>,
-    meta: RunMeta,
+    meta: Box<RunMeta>,
     journal: Journal,
     engine: Result<Arc<dyn Engine>, Failure>,
     broken: Option<String>,
@@ -101,9 +107,40 @@ impl Actor for RunActor {
     type Error = ActorError;
 
     async fn on_start(args: RunArgs, me: ActorRef<Self>) -> Result<Self, ActorError> {
+        // Boxed: kameo keeps this future inline in the actor's task for its life.
+        Box::pin(RunActor::start(args, me)).await
+    }
+
+    async fn on_stop(
+        &mut self,
+        _: WeakActorRef<Self>,
+        _: ActorStopReason,
+    ) -> Result<(), ActorError> {
+        self.abort_execution();
+        Ok(())
+    }
+
+    /// Says so (kameo is built without its own logging), then stops: the
+    /// supervisor restarts the run from disk, or parks it past the restart limit.
+    async fn on_panic(
+        &mut self,
+        _: WeakActorRef<Self>,
+        err: PanicError,
+    ) -> Result<ControlFlow<ActorStopReason>, ActorError> {
+        tracing::error!(run_id = %self.run_id, error = %err, "reel: run actor crashed; restarting it from disk");
+        Ok(ControlFlow::Break(ActorStopReason::Panicked(err)))
+    }
+}
+
+impl RunActor {
+    /// Loads the run (or takes it as just written) and builds the actor.
+    async fn start(args: RunArgs, me: ActorRef<Self>) -> Result<Self, ActorError> {
         let host = args.host.upgrade().ok_or(ActorError::Shutdown)?;
         let (meta, log) = match args.preload {
-            Some((meta, log)) => (Some(meta), Ok(log)),
+            Some(preload) => {
+                let (meta, log) = *preload;
+                (Some(meta), Ok(log))
+            }
             None => {
                 let store = args.store.clone();
                 let id = args.run_id.clone();
@@ -153,7 +190,7 @@ impl Actor for RunActor {
             options: args.options,
             passivator: args.passivator,
             run_id: args.run_id,
-            meta,
+            meta: Box::new(meta),
             journal,
             engine,
             broken,
@@ -166,26 +203,6 @@ impl Actor for RunActor {
             log_warned: false,
             busy: None,
         })
-    }
-
-    async fn on_stop(
-        &mut self,
-        _: WeakActorRef<Self>,
-        _: ActorStopReason,
-    ) -> Result<(), ActorError> {
-        self.abort_execution();
-        Ok(())
-    }
-
-    /// Says so (kameo is built without its own logging), then stops: the
-    /// supervisor restarts the run from disk, or parks it past the restart limit.
-    async fn on_panic(
-        &mut self,
-        _: WeakActorRef<Self>,
-        err: PanicError,
-    ) -> Result<ControlFlow<ActorStopReason>, ActorError> {
-        tracing::error!(run_id = %self.run_id, error = %err, "reel: run actor crashed; restarting it from disk");
-        Ok(ControlFlow::Break(ActorStopReason::Panicked(err)))
     }
 }
 
@@ -312,7 +329,7 @@ impl RunActor {
         RunMeta {
             state,
             updated_at: self.options.clock.now_ms(),
-            ..self.meta.clone()
+            ..(*self.meta).clone()
         }
     }
 
@@ -332,7 +349,7 @@ impl RunActor {
             .await
         {
             Ok(()) => {
-                self.meta = meta;
+                *self.meta = meta;
                 self.host.notify_changed(&self.run_id, Some(&self.meta));
             }
             Err(e) => {
@@ -356,7 +373,7 @@ impl RunActor {
             .append_with(events, meta.clone(), remove, true)
             .await?;
         if let Some(meta) = meta {
-            self.meta = meta;
+            *self.meta = meta;
         }
         Ok(())
     }
@@ -381,7 +398,7 @@ impl RunActor {
         self.journal
             .append_final(events, meta.clone(), timers)
             .await?;
-        self.meta = meta;
+        *self.meta = meta;
         self.host.run_finished(&self.meta, output.as_ref());
         self.retire(ctx).await;
         Ok(())

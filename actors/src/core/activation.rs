@@ -29,7 +29,7 @@ impl Core {
     pub(super) async fn actor_for(
         &self,
         run_id: &str,
-        preload: Option<(RunMeta, Vec<Event>)>,
+        preload: Option<Preload>,
     ) -> Result<ActorRef<RunActor>, ActorError> {
         let cell = {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -72,7 +72,7 @@ impl Core {
     async fn spawn_run(
         &self,
         run_id: &str,
-        preload: Option<(RunMeta, Vec<Event>)>,
+        preload: Option<Preload>,
     ) -> Result<ActorRef<RunActor>, ActorError> {
         let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
         let run: Arc<str> = Arc::from(run_id);

@@ -186,7 +186,7 @@ impl Core {
         }
         tracing::info!(run_id, at_seq, fork = new_run_id, "reel: run forked");
         self.schedule_timers(timers);
-        self.deliver_with(new_run_id, Resume, Some((forked, prefix)))
+        self.deliver_with(new_run_id, Resume, Some(Box::new((forked, prefix))))
             .await
     }
 }

@@ -67,7 +67,7 @@ impl Core {
                 queues: crate::queues::Queues::new(&options.queues),
                 store,
                 registry,
-                options,
+                options: Arc::new(options),
                 live: Mutex::new(HashMap::new()),
                 passivator,
                 actor_runs: Mutex::new(HashMap::new()),

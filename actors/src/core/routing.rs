@@ -55,7 +55,7 @@ impl Core {
         &self,
         run_id: &str,
         msg: M,
-        mut preload: Option<(RunMeta, Vec<Event>)>,
+        mut preload: Option<Preload>,
     ) -> Result<(), ActorError>
     where
         M: Clone + Send + Mailable + 'static,

@@ -89,7 +89,7 @@ impl Message<ExecReport> for RunActor {
                 };
                 if self.meta.state != state {
                     let meta = self.meta_with(state);
-                    self.meta = meta.clone();
+                    *self.meta = meta.clone();
                     // Not fsynced: if this is lost, recovery replays a run that was
                     // only waiting, which is harmless.
                     let written = self

@@ -36,7 +36,7 @@ impl RunActor {
         self.journal
             .append_with(Vec::new(), Some(meta.clone()), Vec::new(), true)
             .await?;
-        self.meta = meta;
+        *self.meta = meta;
         self.host.notify_changed(&self.run_id, Some(&self.meta));
         Ok(())
     }

@@ -95,7 +95,7 @@ impl RunActor {
             carried = old.signals,
             "reel: run continued as new"
         );
-        self.meta = meta;
+        *self.meta = meta;
         self.engine = Ok(engine);
         events.remove(0);
         self.journal = Journal::new(
