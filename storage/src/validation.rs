@@ -26,7 +26,7 @@ pub use cluster::{
     leases_are_exclusive_and_shared, mail_stays_for_the_owner, mail_travels_with_a_creation,
     run_cluster_checks, writes_need_the_lease,
 };
-pub use listing::listing_pages_and_counts;
+pub use listing::{listing_follows_each_change, listing_pages_and_counts};
 pub use schedules::schedules_swap_atomically;
 
 use crate::{
@@ -86,6 +86,7 @@ pub async fn run_all<B: Backend, F: Fn() -> B>(new: F) {
     close_and_reopen(&new()).await;
     corruption_is_reported(&new()).await;
     listing_pages_and_counts(&new()).await;
+    listing_follows_each_change(&new()).await;
     schedules_swap_atomically(&new()).await;
 }
 

@@ -93,8 +93,15 @@ pub(super) struct ListingWriter {
     /// What this batch already wrote per run (`None`: deleted): the on-disk record
     /// is stale for them.
     written: HashMap<String, Option<Listed>>,
+    /// What committed batches wrote for recently written runs, so that a run's
+    /// next state change (a new run suspending, a run finishing) reads neither
+    /// its record nor decodes it. Bounded: emptied past `KNOWN_LIMIT`.
+    known: HashMap<String, Option<Listed>>,
     before: [u64; StatusKind::ALL.len()],
 }
+
+/// Runs whose committed index entries the writer remembers.
+const KNOWN_LIMIT: usize = 16_384;
 
 impl ListingWriter {
     /// Reads the counts left by the last commit.
@@ -106,6 +113,7 @@ impl ListingWriter {
         Ok(ListingWriter {
             counts,
             written: HashMap::new(),
+            known: HashMap::new(),
             before: counts,
         })
     }
@@ -161,16 +169,16 @@ impl ListingWriter {
 
     /// What the indexes hold for `run_id` now, this batch included.
     fn current(&self, ks: &Keyspaces, run_id: &str) -> Result<Option<Listed>> {
-        Ok(match self.written.get(run_id) {
-            Some(l) => l.clone(),
-            None => match ks.runs.get(run_id)? {
-                // A record that no longer decodes leaves its old status entry behind;
-                // listings read each run's record and drop entries that disagree.
-                Some(bytes) => RunMeta::decode("runs", run_id.as_bytes(), &bytes)
-                    .ok()
-                    .map(|m| Listed::of(&m)),
-                None => None,
-            },
+        if let Some(l) = self.written.get(run_id).or_else(|| self.known.get(run_id)) {
+            return Ok(l.clone());
+        }
+        Ok(match ks.runs.get(run_id)? {
+            // A record that no longer decodes leaves its old status entry behind;
+            // listings read each run's record and drop entries that disagree.
+            Some(bytes) => RunMeta::decode("runs", run_id.as_bytes(), &bytes)
+                .ok()
+                .map(|m| Listed::of(&m)),
+            None => None,
         })
     }
 
@@ -212,15 +220,22 @@ impl ListingWriter {
                 batch.insert(&ks.listing, count_key(*kind), self.counts[i].to_be_bytes());
             }
         }
-        self.written.clear();
     }
 
-    /// After the commit: keep the new counts, or go back to the committed ones.
+    /// After the commit: keep the new counts and remember what the batch wrote, or
+    /// go back to the committed counts and forget (nothing of the batch is known
+    /// to be on disk).
     pub(super) fn committed(&mut self, ok: bool) {
         if ok {
             self.before = self.counts;
+            if self.known.len() + self.written.len() > KNOWN_LIMIT {
+                self.known.clear();
+            }
+            self.known.extend(self.written.drain());
         } else {
             self.counts = self.before;
+            self.written.clear();
+            self.known.clear();
         }
     }
 }

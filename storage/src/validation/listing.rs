@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Backend, events, meta, started, suspended};
+use super::{Backend, ev, events, meta, started, suspended};
 use crate::listing::{ListCursor, RunQuery};
 use crate::{Failure, ParentLink, RunMeta, RunState, StatusKind, Store};
 
@@ -126,5 +126,68 @@ pub async fn listing_pages_and_counts<B: Backend>(b: &B) {
         *counted.entry(m.state.kind()).or_default() += 1;
     }
     assert_eq!(s.count_by_status().expect("counts"), counted);
+    s.close();
+}
+
+/// Counts and status pages follow runs through state changes committed one
+/// append at a time, through deletion and through re-creation under the same id
+/// (a writer that remembers what it wrote must not answer from a stale memory).
+pub async fn listing_follows_each_change<B: Backend>(b: &B) {
+    let s = b.open().await;
+    let count = |kind: StatusKind| s.count_by_status().expect("counts")[&kind];
+    let with_status = |kind: StatusKind| {
+        all_pages(
+            &*s,
+            &RunQuery {
+                status: Some(vec![kind]),
+                limit: 50,
+                ..RunQuery::default()
+            },
+        )
+    };
+    let mut create = events("change-a", 0, vec![started()]);
+    create.meta = Some(meta("change-a", RunState::Running));
+    s.submit(create).await.expect("create a");
+    let mut seq = 1;
+    for state in [suspended(), RunState::Running, RunState::Completed] {
+        let mut change = events("change-a", seq, vec![ev(seq)]);
+        change.meta = Some(meta("change-a", state.clone()));
+        s.submit(change).await.expect("change a");
+        seq += 1;
+        for kind in StatusKind::ALL {
+            let expected = u64::from(kind == state.kind());
+            assert_eq!(count(kind), expected, "{kind:?} after {state:?}");
+            let listed = with_status(kind);
+            assert_eq!(
+                listed.len() as u64,
+                expected,
+                "{kind:?} pages after {state:?}"
+            );
+        }
+    }
+    s.delete("change-a", seq, Vec::new())
+        .await
+        .expect("delete a");
+    for kind in StatusKind::ALL {
+        assert_eq!(count(kind), 0, "{kind:?} after the delete");
+        assert!(
+            with_status(kind).is_empty(),
+            "{kind:?} pages after the delete"
+        );
+    }
+    let mut again = events("change-a", 0, vec![started()]);
+    again.meta = Some(meta("change-a", suspended()));
+    s.submit(again).await.expect("create a again");
+    assert_eq!(count(StatusKind::Suspended), 1);
+    assert_eq!(
+        with_status(StatusKind::Suspended),
+        vec!["change-a".to_owned()]
+    );
+    assert_eq!(count(StatusKind::Completed), 0);
+    let every = RunQuery {
+        limit: 50,
+        ..RunQuery::default()
+    };
+    assert_eq!(all_pages(&*s, &every), vec!["change-a".to_owned()]);
     s.close();
 }
