@@ -1,6 +1,6 @@
 //! [`Host`] and its builder, and the engine each registered workflow runs on.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,7 +11,9 @@
 //! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
 //! it depends on none of them, and nothing below the core names it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Callers waiting on runs, by run id: the one-shot senders that a run's next change
 //! (of state, or a published value) answers. A leaf; the core keeps two of them.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Mutex;
 
 use tokio::sync::oneshot;
