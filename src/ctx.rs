@@ -8,12 +8,12 @@
 //! every replay whatever combinator it uses. The primitives themselves live in
 //! [`crate::primitives`], one file each.
 
-use foldhash::{HashSet, HashSetExt};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
+use foldhash::{HashSet, HashSetExt};
 use futures::future::BoxFuture;
 use reel_actors::{Journal, Landing, Services};
 use reel_storage::{Event, Payload};

@@ -1,10 +1,10 @@
 //! [`Host`] and its builder, and the engine each registered workflow runs on.
 
-use foldhash::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use foldhash::HashMap;
 use futures::stream::BoxStream;
 use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, QueuePlace, Registry};
 use reel_storage::{Clock, Failure, FjallStore, MemStore, Store};

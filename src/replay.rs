@@ -10,9 +10,9 @@
 //! Results are not matched here: the driver makes them visible one at a time, in log
 //! order, through [`crate::slots`].
 
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use reel_actors::retry_timer_id;
 use reel_storage::{AttemptError, Event, Failure};
 

@@ -16,10 +16,9 @@
 //! goes back to the front of the line.
 
 use std::collections::{BTreeMap, VecDeque};
-
-use foldhash::HashMap;
 use std::task::Waker;
 
+use foldhash::HashMap;
 use reel_storage::{Event, Failure, Payload};
 
 /// What a slot belongs to. Kinds are kept apart so that a step named `timer#1` can

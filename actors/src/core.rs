@@ -12,12 +12,11 @@
 //! it depends on none of them, and nothing below the core names it.
 
 use std::collections::BTreeSet;
-
-use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use foldhash::{HashMap, HashMapExt};
 use futures::StreamExt;
 use kameo::actor::{ActorId, ActorRef, Spawn};
 use kameo::error::{ActorStopReason, SendError};

@@ -457,13 +457,8 @@ impl Journal {
         (state.next_seq, state.durable)
     }
 
-    /// The event at `seq`, if it has been appended.
-    pub fn event_at(&self, seq: u64) -> Option<Event> {
-        self.with_event_at(seq, Event::clone)
-    }
-
-    /// Runs `f` over the event at position `seq` of the segment, in place, under
-    /// the journal's lock: `f` must not call the journal.
+    /// Runs `f` over the event at position `seq` of the segment, if it has been
+    /// appended, in place, under the journal's lock: `f` must not call the journal.
     pub fn with_event_at<R>(&self, seq: u64, f: impl FnOnce(&Event) -> R) -> Option<R> {
         let state = self.lock();
         let seq = usize::try_from(seq).ok()?;

@@ -1,9 +1,9 @@
 //! Callers waiting on runs, by run id: the one-shot senders that a run's next change
 //! (of state, or a published value) answers. A leaf; the core keeps two of them.
 
-use foldhash::{HashMap, HashMapExt};
 use std::sync::Mutex;
 
+use foldhash::{HashMap, HashMapExt};
 use tokio::sync::oneshot;
 
 /// Callers waiting on runs, by run id: each a one-shot sender the run's next

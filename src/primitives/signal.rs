@@ -117,8 +117,9 @@ impl Ctx {
             // decides nothing by itself; it only places the wait in the log. It
             // travels with the run's next append (the actor's write of the run's
             // suspension, when the run then only waits), and the signal that ends
-            // it is appended durably after it, which makes it durable too. Lost in a crash before that, it is recorded again
-            // when the handler reaches the wait on replay.
+            // it is appended durably after it, which makes it durable too. Lost in
+            // a crash before that, it is recorded again when the handler reaches
+            // the wait on replay.
             self.record(
                 vec![Event::SignalAwaited {
                     id: id.clone(),

@@ -22,7 +22,7 @@
 //! writer thread that drains what is queued into one batch, commits it with one
 //! fdatasync and only then answers every caller of that batch.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::mpsc::{self, Sender};
@@ -274,25 +274,19 @@ impl FjallStore {
 /// grows it several times and the batch then copies it once more.
 fn encoded(encode: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Result<Slice> {
     thread_local! {
-        static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(256));
+        static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
     }
     SCRATCH.with(|scratch| {
-        // Re-entered only if an encoder encoded a value itself, which none does;
-        // a fresh buffer keeps that case correct.
-        let mut fresh = Vec::new();
-        let mut borrowed = scratch.try_borrow_mut();
-        let buf = match &mut borrowed {
-            Ok(b) => &mut **b,
-            Err(_) => &mut fresh,
-        };
+        // Taken, not borrowed: an encoder that encoded a value itself (none does)
+        // would get a fresh buffer.
+        let mut buf = scratch.take();
         buf.clear();
-        encode(buf)?;
-        let value = Slice::from(buf.as_slice());
-        // A rare huge value should not stay resident with the thread.
-        if buf.capacity() > 64 * 1024 {
-            *buf = Vec::with_capacity(256);
+        let value = encode(&mut buf).map(|()| Slice::from(buf.as_slice()));
+        // A rare huge value's buffer does not stay resident with the thread.
+        if buf.capacity() <= 64 * 1024 {
+            scratch.set(buf);
         }
-        Ok(value)
+        value
     })
 }
 

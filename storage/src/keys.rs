@@ -17,9 +17,18 @@ pub(crate) fn log_prefix(run_id: &str) -> Vec<u8> {
 }
 
 pub(crate) fn log_key(run_id: &str, seq: u64) -> Vec<u8> {
-    let mut k = log_prefix(run_id);
-    k.extend_from_slice(&seq.to_be_bytes());
+    let mut k = Vec::with_capacity(run_id.len() + 9);
+    log_key_into(&mut k, run_id, seq);
     k
+}
+
+/// [`log_key`] written into `k` (cleared first), so that a batch of records
+/// builds their keys in one buffer.
+pub(crate) fn log_key_into(k: &mut Vec<u8>, run_id: &str, seq: u64) {
+    k.clear();
+    k.extend_from_slice(run_id.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
 }
 
 /// The first key past every log key of `run_id` (run ids never hold NUL).

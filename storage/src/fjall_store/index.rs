@@ -13,11 +13,10 @@
 //! `listing` marker in the `reel` keyspace says it is done).
 
 use std::collections::BTreeMap;
-
-use foldhash::{HashMap, HashMapExt};
 use std::ops::Bound;
 
 use fjall::{Keyspace, OwnedWriteBatch, PersistMode};
+use foldhash::{HashMap, HashMapExt};
 
 use super::Keyspaces;
 use crate::listing::{ListCursor, MetaPage, RunQuery, SCAN_BUDGET};

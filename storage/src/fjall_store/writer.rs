@@ -23,17 +23,17 @@
 //! inline path is only taken when no request sent earlier is still uncommitted,
 //! so a run's appends land in the order they were submitted either way.
 
-use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use fjall::PersistMode;
+use foldhash::{HashMap, HashMapExt};
 
 use super::index::ListingWriter;
 use super::{Encoded, Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
 use crate::StorageError;
-use crate::keys::{log_prefix, seq_of};
+use crate::keys::{log_key_into, log_prefix, seq_of};
 use crate::store::{CommitListener, Outstanding, Result};
 use fjall::OwnedWriteBatch;
 
@@ -339,11 +339,9 @@ fn commit_batch(
             continue;
         }
         if let Some(expected) = a.expected_seq {
-            let mut key = log_prefix(&a.run_id);
-            let prefix = key.len();
+            let mut key = Vec::new();
             for (i, record) in a.records.iter().enumerate() {
-                key.truncate(prefix);
-                key.extend_from_slice(&(expected + i as u64).to_be_bytes());
+                log_key_into(&mut key, &a.run_id, expected + i as u64);
                 batch.insert(&ks.log, key.as_slice(), record.clone());
             }
             let next = expected + a.records.len() as u64;
