@@ -23,8 +23,11 @@ use crate::{Error, Host, Result, RunInfo};
 ///     .workflow("checkout")
 ///     .limit(20);
 /// assert_eq!(stuck.limit, 20);
+///
+/// // Or as a struct, the rest from the default:
+/// let page = RunFilter { workflow: Some("checkout".into()), limit: 10, ..RunFilter::default() };
+/// assert!(page.newest_first);
 /// ```
-#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunFilter {
     /// Only runs in one of these states.

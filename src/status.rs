@@ -80,7 +80,17 @@ impl From<&RunState> for RunStatus {
 }
 
 /// How a run is started ([`Host::start_with`](crate::Host::start_with)).
-#[non_exhaustive]
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use reel::StartOptions;
+/// let on_queue = StartOptions::default().queue("emails").priority(-1);
+/// let same = StartOptions { queue: Some("emails".into()), priority: -1, ..StartOptions::default() };
+/// assert_eq!(on_queue, same);
+/// let bounded = StartOptions { timeout: Some(Duration::from_secs(30)), ..Default::default() };
+/// assert!(bounded.queue.is_none());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StartOptions {
     /// After this long the run is asked to cancel, with a reason that says so

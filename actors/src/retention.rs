@@ -15,8 +15,11 @@ use reel_storage::StatusKind;
 /// let week = Duration::from_secs(7 * 24 * 3600);
 /// let r = Retention::keep_all().completed_after(week).cancelled_after(week);
 /// assert!(r.failed.is_none()); // failures are kept unless said otherwise
+///
+/// // Or as a struct, the rest from the default:
+/// let r = Retention { completed: Some(week), ..Retention::default() };
+/// assert_eq!(r.every, Duration::from_secs(60));
 /// ```
-#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retention {
     /// Delete completed runs this long after they completed.
