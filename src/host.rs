@@ -61,6 +61,8 @@ pub struct HostBuilder {
     path: PathBuf,
     in_memory: bool,
     store: Option<Arc<dyn Store>>,
+    #[cfg(feature = "postgres")]
+    postgres: Option<String>,
     definitions: Definitions,
     pub(crate) options: CoreOptions,
     /// The first invalid setting, reported by `build`.
@@ -108,6 +110,28 @@ impl HostBuilder {
     /// ```
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Keeps the runs in the PostgreSQL database at `url` instead of a fjall
+    /// directory: [`build`](HostBuilder::build) connects with
+    /// [`PgStore::connect`](crate::postgres::PgStore::connect), creating or upgrading
+    /// reel's tables. The same as `.store(PgStore::connect(url).await?)`;
+    /// [`HostBuilder::store`] takes precedence, and [`HostBuilder::path`] and
+    /// [`HostBuilder::in_memory`] are ignored. For several hosts sharing the
+    /// database, give each a [`PgStore::join`](crate::postgres::PgStore::join) store
+    /// instead. Needs the `postgres` feature (on by default).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use reel::Host;
+    /// # #[tokio::main] async fn main() -> reel::Result<()> {
+    /// let host = Host::builder().postgres("postgres://reel@db/reel").build().await?;
+    /// # host.shutdown().await }
+    /// ```
+    #[cfg(feature = "postgres")]
+    pub fn postgres(mut self, url: impl Into<String>) -> Self {
+        self.postgres = Some(url.into());
         self
     }
 
@@ -186,13 +210,24 @@ impl HostBuilder {
     /// [`Error::StoreLocked`] when another live host holds the directory (another
     /// process, or a `Host` of this process that has not shut down),
     /// [`Error::Storage`] when it cannot be opened (written by an incompatible
-    /// format, unreadable).
+    /// format, unreadable), or when the database given to
+    /// [`postgres`](HostBuilder::postgres) cannot be reached or holds another
+    /// format.
     pub async fn build(self) -> Result<Host> {
         if let Some(invalid) = self.invalid {
             return Err(invalid);
         }
         let mut dir = None;
-        let store: Arc<dyn Store> = if let Some(store) = self.store {
+        #[cfg(feature = "postgres")]
+        let store = match (self.store, self.postgres) {
+            (None, Some(url)) => {
+                Some(reel_postgres::PgStore::connect(&url).await? as Arc<dyn Store>)
+            }
+            (store, _) => store,
+        };
+        #[cfg(not(feature = "postgres"))]
+        let store = self.store;
+        let store: Arc<dyn Store> = if let Some(store) = store {
             store
         } else if self.in_memory {
             Arc::new(MemStore::new())
@@ -312,6 +347,8 @@ impl Host {
             path: PathBuf::from("reel-data"),
             in_memory: false,
             store: None,
+            #[cfg(feature = "postgres")]
+            postgres: None,
             definitions: Definitions::default(),
             options: CoreOptions::default(),
             invalid: None,

@@ -112,6 +112,12 @@ pub use host::{Host, HostBuilder};
 pub use listing::{Cursor, Page, RunFilter};
 pub use queue::{QueueOptions, RateLimit};
 pub use reel_actors::Retention;
+/// The PostgreSQL backend (`reel-postgres`): [`postgres::PgStore`] for
+/// [`HostBuilder::postgres`] and [`HostBuilder::store`], and
+/// [`postgres::ClusterConfig`] for several hosts on one database. Feature
+/// `postgres` (on by default).
+#[cfg(feature = "postgres")]
+pub use reel_postgres as postgres;
 pub use reel_storage::{
     AttemptError, Clock, Event, Failure, FjallStore, LogSize, MemStore, Payload, Record,
     StatusKind, Store, SystemClock,

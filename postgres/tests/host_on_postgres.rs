@@ -1,6 +1,9 @@
 //! reel's host over `PgStore`, end to end: a run with steps, a timer, a signal and a
 //! child completes; a run waiting when its host shuts down resumes on a new host
-//! (and a new store) over the same database, with no recorded step run again.
+//! (and a new store) over the same database, with no recorded step run again. The
+//! hosts are built both ways a service may: `.store(PgStore::connect(url).await?)`
+//! and `Host::builder().postgres(url)`; a URL that does not parse is a typed error
+//! from `build`.
 
 mod support;
 
@@ -65,6 +68,16 @@ async fn host(url: &str, order: &Order) -> anyhow::Result<Host> {
         .await?)
 }
 
+/// The same host through the builder's own entry point.
+async fn host_by_url(url: &str, order: &Order) -> anyhow::Result<Host> {
+    Ok(Host::builder()
+        .postgres(url)
+        .register(order.clone())
+        .register(Ship)
+        .build()
+        .await?)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_step_timer_signal_and_child_completes_on_postgres() -> anyhow::Result<()> {
     let url = support::database("e2e").await;
@@ -93,7 +106,7 @@ async fn waiting_run_resumes_after_a_host_restart_on_postgres() -> anyhow::Resul
 
     // A new host and a new store on the same database: the timer fires (it came
     // due while the host was down), the run waits for its signal.
-    let host2 = host(&url, &order).await?;
+    let host2 = host_by_url(&url, &order).await?;
     let run = host2.handle::<Order>("order-2");
     loop {
         match run.wait_until_suspended().await? {
@@ -113,5 +126,29 @@ async fn waiting_run_resumes_after_a_host_restart_on_postgres() -> anyhow::Resul
         "the recorded step never ran again"
     );
     host3.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_postgres_url_is_a_typed_error() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let built = Host::builder()
+        .path(dir.path())
+        .postgres("postgres://reel@localhost:not-a-port/reel")
+        .register(Ship)
+        .build()
+        .await;
+    match built {
+        Err(reel::Error::Storage(message)) => {
+            assert!(message.contains("postgres URL"), "{message}");
+        }
+        Err(e) => panic!("expected Error::Storage, got {e:?}"),
+        Ok(_) => panic!("a URL that does not parse built a host"),
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path())?.count(),
+        0,
+        "no fjall store was created beside the refused database"
+    );
     Ok(())
 }
