@@ -262,8 +262,13 @@ impl Ctx {
             key: idempotency_key(&self.inner.run_id, self.inner.segment, id),
             ctx: self.clone(),
         };
-        let span =
-            tracing::info_span!("reel.step", run_id = %self.inner.run_id, step = %id, attempt);
+        let span = tracing::info_span!(
+            "reel.step",
+            run_id = %self.inner.run_id,
+            workflow = self.inner.workflow,
+            step = %id,
+            attempt
+        );
         let started = std::time::Instant::now();
         let ran = match std::panic::catch_unwind(AssertUnwindSafe(|| body(step_ctx))) {
             Ok(fut) => AssertUnwindSafe(fut).catch_unwind().instrument(span).await,
