@@ -13,6 +13,7 @@
 //! | `reel_live_runs` | gauge | run actors in memory (not passivated) |
 //! | `reel_commit_appends` | histogram | appends per group commit |
 //! | `reel_commit_seconds` | histogram | a group commit's write and fsync |
+//! | `reel_commit_syncs_total` | counter | group commits of the fjall store that ended with an fdatasync (those carrying a durable append) |
 
 /// `reel_runs_started_total`.
 pub const RUNS_STARTED: &str = "reel_runs_started_total";
@@ -32,3 +33,5 @@ pub const LIVE_RUNS: &str = "reel_live_runs";
 pub const COMMIT_APPENDS: &str = "reel_commit_appends";
 /// `reel_commit_seconds`.
 pub const COMMIT_SECONDS: &str = "reel_commit_seconds";
+/// `reel_commit_syncs_total`.
+pub const COMMIT_SYNCS: &str = "reel_commit_syncs_total";

@@ -372,6 +372,9 @@ fn commit_batch(
     let result = batch.commit();
     metrics::histogram!(crate::metrics::COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
     metrics::histogram!(crate::metrics::COMMIT_APPENDS).record(accepted.len() as f64);
+    if durable && result.is_ok() {
+        metrics::counter!(crate::metrics::COMMIT_SYNCS).increment(1);
+    }
     listing.committed(result.is_ok());
     if let Err(e) = &result {
         *failed = Some(e.to_string());
