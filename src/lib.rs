@@ -43,6 +43,8 @@
 //!   [`Host::start_on`]): limits on how many runs execute at once and how fast
 //!   they start.
 //! - `status`: [`RunStatus`], [`RunInfo`], [`StartOptions`].
+//! - `signal_start`: [`Host::signal_with_start`], a signal that creates its run
+//!   when it does not exist yet.
 //! - `closing`: the process-wide registry of store directories whose dropped host
 //!   is still shutting down, which `HostBuilder::build` waits for.
 //! - `schedule`: durable schedules ([`ScheduleSpec`], `Host::schedule` and its
@@ -97,6 +99,7 @@ mod primitives;
 mod queue;
 mod replay;
 mod schedule;
+mod signal_start;
 mod slots;
 mod status;
 mod step_error;

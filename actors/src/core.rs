@@ -7,7 +7,8 @@
 //! values), `children` (child-run links, child cycles), `cluster` (leases,
 //! inbox and notices of a host that shares its store), `listing`, `operate`
 //! (pause, resume, retry), `fork`, `deletion` (delete, retention), `queueing`
-//! (starting runs on queues, admitting them), and `run_host`
+//! (starting runs on queues, admitting them), `signal_start` (signal-with-start),
+//! and `run_host`
 //! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
 //! it depends on none of them, and nothing below the core names it.
 
@@ -56,6 +57,7 @@ mod queueing;
 mod recovery;
 mod routing;
 mod run_host;
+mod signal_start;
 mod waiters;
 
 pub use queueing::QueuePlace;

@@ -1,0 +1,46 @@
+//! Signal-with-start: a signal to a run that may not exist yet (an entity's first
+//! message creates it). A new run is written with the signal already in its log,
+//! in its first write, so no execution of it ever runs without the signal; an
+//! existing run of the same workflow gets the signal as [`Core::signal`] delivers
+//! it. Both halves are idempotent on the signal id, so a caller that retries after
+//! a lost answer delivers the signal once.
+
+use super::*;
+
+impl Core {
+    /// Sends `name` with `payload` (id `signal_id`) to the run `run_id` of
+    /// `workflow`, first creating the run with `input` when it does not exist.
+    ///
+    /// # Errors
+    /// [`ActorError::NotRegistered`] for an unknown workflow or version,
+    /// [`ActorError::RunExists`] when another workflow has the id,
+    /// [`ActorError::RunFinished`] when the run has ended, storage errors.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn signal_with_start(
+        &self,
+        workflow: &str,
+        version: u32,
+        run_id: &str,
+        input: Payload,
+        name: &str,
+        signal_id: &str,
+        payload: Payload,
+    ) -> Result<Started, ActorError> {
+        self.check_open()?;
+        check_run_id(run_id)?;
+        self.check_registered(workflow, version)?;
+        let (meta, mut events) = self.new_run(workflow, version, run_id, input, None, None);
+        events.push(Event::SignalReceived {
+            name: name.to_owned(),
+            signal_id: signal_id.to_owned(),
+            payload: payload.clone(),
+        });
+        match Box::pin(self.create(meta, events)).await? {
+            Started::Created => Ok(Started::Created),
+            Started::Existing => {
+                self.signal(run_id, name, signal_id, payload).await?;
+                Ok(Started::Existing)
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! `Host::signal_with_start`: the first message to an entity creates it, with the
+//! message in the run's first write; later ones reach the live (or passivated) run;
+//! a retried message with the same id is delivered once; calls racing on one new
+//! id create one run and deliver every message; the new run and its signal survive
+//! a host restart; a run of another workflow, an ended run, an unregistered
+//! workflow and a reserved name are typed errors that change nothing.
+
+use std::time::Duration;
+
+use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
+
+/// A cart: collects `add` signals until one says `checkout`.
+struct Cart;
+impl Workflow for Cart {
+    const NAME: &'static str = "cart";
+    type Input = String;
+    type Output = Vec<String>;
+    async fn run(&self, ctx: Ctx, owner: String) -> reel::Result<Vec<String>> {
+        let mut items = vec![owner];
+        loop {
+            let item: String = ctx.wait_for_signal("add").await?;
+            if item == "checkout" {
+                return Ok(items);
+            }
+            items.push(item);
+        }
+    }
+}
+
+/// Another workflow, to hold an id the cart cannot take.
+struct Other;
+impl Workflow for Other {
+    const NAME: &'static str = "other";
+    type Input = ();
+    type Output = ();
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<()> {
+        ctx.wait_for_signal::<()>("never").await
+    }
+}
+
+async fn host(dir: &std::path::Path) -> anyhow::Result<Host> {
+    Ok(Host::builder()
+        .path(dir)
+        .register(Cart)
+        .register(Other)
+        .passivate_after(Duration::from_millis(20))
+        .build()
+        .await?)
+}
+
+fn received(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SignalReceived { signal_id, .. } => Some(signal_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_message_creates_the_run_with_it_others_reach_it() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = host(dir.path()).await?;
+    let cart = host
+        .signal_with_start::<Cart, _>("cart-1", "ann".into(), "add", "apple", "m-1")
+        .await?;
+    // The signal is in the run's first write, right behind its start.
+    let events = cart.events().await?;
+    assert!(matches!(events[0], Event::RunStarted { .. }), "{events:?}");
+    assert!(
+        matches!(&events[1], Event::SignalReceived { signal_id, .. } if signal_id == "m-1"),
+        "{events:?}"
+    );
+    cart.wait_until_suspended().await?;
+    // A retry of the first message (its answer lost, say) delivers nothing new.
+    host.signal_with_start::<Cart, _>("cart-1", "ignored".into(), "add", "apple", "m-1")
+        .await?;
+    host.signal_with_start::<Cart, _>("cart-1", "ignored".into(), "add", "pear", "m-2")
+        .await?;
+    // Once it is passivated, the next message reaches it all the same.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while host.live_runs().await > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await?;
+    host.signal_with_start::<Cart, _>("cart-1", "ignored".into(), "add", "pear", "m-2")
+        .await?;
+    host.signal_with_start::<Cart, _>("cart-1", "ignored".into(), "add", "checkout", "m-3")
+        .await?;
+    assert_eq!(
+        cart.result().await?,
+        ["ann", "apple", "pear"],
+        "the input of the call that created it"
+    );
+    assert_eq!(received(&cart.events().await?), ["m-1", "m-2", "m-3"]);
+
+    // Ended: the id names that run for good.
+    let ended = host
+        .signal_with_start::<Cart, _>("cart-1", "bob".into(), "add", "fig", "m-4")
+        .await;
+    assert!(matches!(ended, Err(Error::RunFinished(_))), "{ended:?}");
+    assert_eq!(received(&cart.events().await?), ["m-1", "m-2", "m-3"]);
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_calls_create_one_run_and_deliver_every_message() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = std::sync::Arc::new(host(dir.path()).await?);
+    let calls: Vec<_> = (0..16)
+        .map(|i| {
+            let host = host.clone();
+            tokio::spawn(async move {
+                host.signal_with_start::<Cart, _>(
+                    "cart-race",
+                    format!("owner-{i}"),
+                    "add",
+                    &format!("item-{i}"),
+                    &format!("m-{i}"),
+                )
+                .await
+                .map(|_| ())
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await??;
+    }
+    let runs = host.runs().await?;
+    assert_eq!(runs.len(), 1, "one run: {runs:?}");
+    let cart = host.handle::<Cart>("cart-race");
+    let mut ids = received(&cart.events().await?);
+    ids.sort();
+    let mut want: Vec<String> = (0..16).map(|i| format!("m-{i}")).collect();
+    want.sort();
+    assert_eq!(ids, want, "every message delivered once");
+    cart.signal("add", "checkout", "done").await?;
+    let items = cart.result().await?;
+    assert_eq!(items.len(), 17, "the owner and 16 items: {items:?}");
+    let host = std::sync::Arc::try_unwrap(host).map_err(|_| anyhow::anyhow!("host shared"))?;
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_created_run_and_its_message_survive_a_restart() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host1 = host(dir.path()).await?;
+    host1
+        .signal_with_start::<Cart, _>("cart-2", "cy".into(), "add", "plum", "m-1")
+        .await?;
+    host1.shutdown().await?;
+    let host2 = host(dir.path()).await?;
+    let cart = host2
+        .signal_with_start::<Cart, _>("cart-2", "ignored".into(), "add", "checkout", "m-2")
+        .await?;
+    assert_eq!(cart.result().await?, ["cy", "plum"]);
+    host2.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_workflow_unregistered_and_reserved_names_are_typed_errors() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = host(dir.path()).await?;
+    let other = host.start::<Other>("taken", ()).await?;
+    let taken = host
+        .signal_with_start::<Cart, _>("taken", "dee".into(), "add", "x", "m-1")
+        .await;
+    assert!(matches!(taken, Err(Error::RunExists { .. })), "{taken:?}");
+    assert!(
+        received(&other.events().await?).is_empty(),
+        "nothing reached the other run"
+    );
+    assert!(matches!(
+        other.status().await?,
+        RunStatus::Running | RunStatus::Suspended { .. }
+    ));
+
+    struct Unregistered;
+    impl Workflow for Unregistered {
+        const NAME: &'static str = "unregistered";
+        type Input = ();
+        type Output = ();
+        async fn run(&self, _: Ctx, _: ()) -> reel::Result<()> {
+            Ok(())
+        }
+    }
+    let unknown = host
+        .signal_with_start::<Unregistered, _>("u-1", (), "add", "x", "m-1")
+        .await;
+    assert!(
+        matches!(unknown, Err(Error::UnknownWorkflow(_))),
+        "{unknown:?}"
+    );
+
+    let reserved = host
+        .signal_with_start::<Cart, _>("cart-3", "eve".into(), "approval:ship", &true, "m-1")
+        .await;
+    assert!(
+        matches!(reserved, Err(Error::ReservedName(_))),
+        "{reserved:?}"
+    );
+    assert_eq!(
+        host.runs().await?.len(),
+        1,
+        "no run created by a refused call"
+    );
+    host.shutdown().await?;
+    Ok(())
+}
