@@ -16,9 +16,17 @@ impl Host {
     /// A new run is written with the signal already in its log, in the same
     /// durable write that creates it: none of its executions runs without it, and a
     /// crash cannot leave the run created but not signalled. A run of `W` that
-    /// exists and has not ended gets the signal as `signal` delivers it. Calls that
-    /// race on one new id create one run and deliver every signal. Retrying a call
-    /// with the same `signal_id` delivers the signal once.
+    /// exists and has not ended gets the signal as `signal` delivers it (an
+    /// enqueued run sees it once its queue admits it). Calls that race on one new
+    /// id create one run and deliver every signal. The run is created as
+    /// [`Host::start`] creates it: no queue, no timeout.
+    ///
+    /// Retrying a call with the same `signal_id` delivers the signal once, with
+    /// `signal`'s limits: the ids a run knows are those of its current log segment
+    /// (after it continues as new, a signal it consumed is not recognised again),
+    /// a retry after the run ended is [`Error::RunFinished`] although the first
+    /// call delivered it, and after the run is deleted (or removed by retention)
+    /// the id is free: the call creates a new run.
     ///
     /// # Examples
     /// ```
@@ -50,11 +58,13 @@ impl Host {
     /// ```
     ///
     /// # Errors
-    /// [`Error::UnknownWorkflow`] when `W` is not registered, [`Error::RunExists`]
-    /// when another workflow has the id, [`Error::RunFinished`] when the run has
-    /// ended (a run id names one run for good), [`Error::ReservedName`] for a name
-    /// reserved for approvals, [`Error::Codec`] when the input or payload does not
-    /// serialize, [`Error::Storage`], [`Error::Shutdown`].
+    /// [`Error::UnknownWorkflow`] when `W` is not registered,
+    /// [`Error::VersionMismatch`] when it is registered at another version only,
+    /// [`Error::RunExists`] when another workflow has the id,
+    /// [`Error::RunFinished`] when the run has ended, [`Error::UnknownRun`] when it
+    /// is deleted during the call, [`Error::ReservedName`] for a name reserved for
+    /// approvals, [`Error::Codec`] when the input or payload does not serialize,
+    /// [`Error::Storage`], [`Error::Shutdown`].
     pub async fn signal_with_start<W: Workflow, T: Serialize + ?Sized>(
         &self,
         run_id: &str,

@@ -1,13 +1,14 @@
 //! `Host::signal_with_start`: the first message to an entity creates it, with the
-//! message in the run's first write; later ones reach the live (or passivated) run;
-//! a retried message with the same id is delivered once; calls racing on one new
-//! id create one run and deliver every message; the new run and its signal survive
-//! a host restart; a run of another workflow, an ended run, an unregistered
-//! workflow and a reserved name are typed errors that change nothing.
+//! message in the run's first write; later ones reach the live run, the passivated
+//! run and a run still waiting on its queue; a retried message with the same id is
+//! delivered once; calls racing on one new id create one run and deliver every
+//! message; the new run and its signal survive a host restart; a run of another
+//! workflow, an ended run, an unregistered workflow and a reserved name are typed
+//! errors that change nothing.
 
 use std::time::Duration;
 
-use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
+use reel::{Ctx, Error, Event, Host, QueueOptions, RunStatus, Workflow};
 
 /// A cart: collects `add` signals until one says `checkout`.
 struct Cart;
@@ -38,12 +39,18 @@ impl Workflow for Other {
     }
 }
 
+/// A host whose runs stay live while they wait (no passivation during a test).
 async fn host(dir: &std::path::Path) -> anyhow::Result<Host> {
+    host_passivating_after(dir, Duration::MAX).await
+}
+
+async fn host_passivating_after(dir: &std::path::Path, idle: Duration) -> anyhow::Result<Host> {
     Ok(Host::builder()
         .path(dir)
         .register(Cart)
         .register(Other)
-        .passivate_after(Duration::from_millis(20))
+        .queue("one-at-a-time", QueueOptions::default().concurrency(1))
+        .passivate_after(idle)
         .build()
         .await?)
 }
@@ -73,18 +80,12 @@ async fn first_message_creates_the_run_with_it_others_reach_it() -> anyhow::Resu
         "{events:?}"
     );
     cart.wait_until_suspended().await?;
+    assert_eq!(host.live_runs().await, 1, "the run waits live");
     // A retry of the first message (its answer lost, say) delivers nothing new.
     host.signal_with_start::<Cart, _>("cart-1", "ignored".into(), "add", "apple", "m-1")
         .await?;
     host.signal_with_start::<Cart, _>("cart-1", "ignored".into(), "add", "pear", "m-2")
         .await?;
-    // Once it is passivated, the next message reaches it all the same.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while host.live_runs().await > 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-    .await?;
     host.signal_with_start::<Cart, _>("cart-1", "ignored".into(), "add", "pear", "m-2")
         .await?;
     host.signal_with_start::<Cart, _>("cart-1", "ignored".into(), "add", "checkout", "m-3")
@@ -102,6 +103,54 @@ async fn first_message_creates_the_run_with_it_others_reach_it() -> anyhow::Resu
         .await;
     assert!(matches!(ended, Err(Error::RunFinished(_))), "{ended:?}");
     assert_eq!(received(&cart.events().await?), ["m-1", "m-2", "m-3"]);
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_reach_a_passivated_run_and_a_run_waiting_on_its_queue() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = host_passivating_after(dir.path(), Duration::from_millis(1)).await?;
+    let cart = host
+        .signal_with_start::<Cart, _>("cart-p", "fay".into(), "add", "kiwi", "m-1")
+        .await?;
+    cart.wait_until_suspended().await?;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while host.live_runs().await > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await?;
+    host.signal_with_start::<Cart, _>("cart-p", "ignored".into(), "add", "lime", "m-2")
+        .await?;
+    host.signal_with_start::<Cart, _>("cart-p", "ignored".into(), "add", "checkout", "m-3")
+        .await?;
+    assert_eq!(cart.result().await?, ["fay", "kiwi", "lime"]);
+
+    // The queue's one slot is taken; the second cart waits for it, enqueued.
+    let first = host
+        .start_on::<Cart>("one-at-a-time", "cart-q1", "gus".into())
+        .await?;
+    let queued = host
+        .start_on::<Cart>("one-at-a-time", "cart-q2", "hal".into())
+        .await?;
+    assert_eq!(queued.status().await?, RunStatus::Enqueued);
+    host.signal_with_start::<Cart, _>("cart-q2", "ignored".into(), "add", "date", "m-1")
+        .await?;
+    host.signal_with_start::<Cart, _>("cart-q2", "ignored".into(), "add", "checkout", "m-2")
+        .await?;
+    assert_eq!(
+        queued.status().await?,
+        RunStatus::Enqueued,
+        "still waiting for the slot"
+    );
+    first.signal("add", "checkout", "done").await?;
+    assert_eq!(first.result().await?, ["gus"]);
+    assert_eq!(
+        queued.result().await?,
+        ["hal", "date"],
+        "admitted, it sees both"
+    );
     host.shutdown().await?;
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! Signal-with-start: a signal to a run that may not exist yet (an entity's first
-//! message creates it). A new run is written with the signal already in its log,
-//! in its first write, so no execution of it ever runs without the signal; an
-//! existing run of the same workflow gets the signal as [`Core::signal`] delivers
-//! it. Both halves are idempotent on the signal id, so a caller that retries after
-//! a lost answer delivers the signal once.
+//! message creates it). An existing run of the same workflow gets the signal as
+//! [`Core::signal`] delivers it; a new run is written with the signal already in
+//! its log, in its first write, so no execution of it ever runs without the
+//! signal. Callers racing on a new id: one write creates the run, the others find
+//! it (the compare-and-set on sequence 0) and signal it. Both halves are
+//! idempotent on the signal id within a log segment.
 
 use super::*;
 
@@ -14,7 +15,9 @@ impl Core {
     /// # Errors
     /// [`ActorError::NotRegistered`] for an unknown workflow or version,
     /// [`ActorError::RunExists`] when another workflow has the id,
-    /// [`ActorError::RunFinished`] when the run has ended, storage errors.
+    /// [`ActorError::RunFinished`] when the run has ended,
+    /// [`ActorError::UnknownRun`] when it is deleted meanwhile,
+    /// [`ActorError::Shutdown`], storage errors.
     #[allow(clippy::too_many_arguments)]
     pub async fn signal_with_start(
         &self,
@@ -29,6 +32,13 @@ impl Core {
         self.check_open()?;
         check_run_id(run_id)?;
         self.check_registered(workflow, version)?;
+        // The common case, a message to a run that exists, reads its record and
+        // writes nothing but the signal.
+        if let Some(existing) = self.meta(run_id).await? {
+            Core::existing(&existing, workflow)?;
+            self.signal(run_id, name, signal_id, payload).await?;
+            return Ok(Started::Existing);
+        }
         let (meta, mut events) = self.new_run(workflow, version, run_id, input, None, None);
         events.push(Event::SignalReceived {
             name: name.to_owned(),
