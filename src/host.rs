@@ -210,9 +210,8 @@ impl HostBuilder {
     /// [`Error::StoreLocked`] when another live host holds the directory (another
     /// process, or a `Host` of this process that has not shut down),
     /// [`Error::Storage`] when it cannot be opened (written by an incompatible
-    /// format, unreadable), or when the database given to
-    /// [`postgres`](HostBuilder::postgres) cannot be reached or holds another
-    /// format.
+    /// format, unreadable), or when the database given to `postgres` (feature
+    /// `postgres`) cannot be reached or holds another format.
     pub async fn build(self) -> Result<Host> {
         if let Some(invalid) = self.invalid {
             return Err(invalid);

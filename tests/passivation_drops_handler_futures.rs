@@ -12,11 +12,14 @@ use reel::{Ctx, Host, Workflow};
 
 /// Handler state alive now, across all runs.
 static ALIVE: AtomicI64 = AtomicI64::new(0);
+/// Handler state ever made.
+static MADE: AtomicI64 = AtomicI64::new(0);
 
 struct Guard(#[allow(dead_code)] Vec<u8>);
 impl Guard {
     fn new() -> Guard {
         ALIVE.fetch_add(1, Ordering::SeqCst);
+        MADE.fetch_add(1, Ordering::SeqCst);
         Guard(vec![7; 1 << 20])
     }
 }
@@ -43,7 +46,7 @@ impl Workflow for Holder {
 async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {
     tokio::time::timeout(Duration::from_secs(30), async {
         while !cond().await {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await
@@ -67,6 +70,10 @@ async fn passivated_runs_hold_no_handler_future() -> anyhow::Result<()> {
     for r in &runs {
         r.wait_until_suspended().await?;
     }
+    assert!(
+        MADE.load(Ordering::SeqCst) >= 100,
+        "every handler made its guard"
+    );
     eventually("passivation", async || host.live_runs().await == 0).await?;
     eventually("the handlers' state to be dropped", async || {
         ALIVE.load(Ordering::SeqCst) == 0

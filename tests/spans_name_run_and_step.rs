@@ -86,6 +86,7 @@ impl Workflow for Flaky {
     }
 }
 
+// One test in this file: the subscriber is process-wide and can be set once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_and_step_spans_carry_their_ids() -> anyhow::Result<()> {
     let spans = Spans::default();

@@ -73,6 +73,7 @@ impl Workflow for ThreeSteps {
     }
 }
 
+// One test in this file: the recorder is process-wide and can be set once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_step_value_reaches_the_handler_after_an_fdatasync() -> anyhow::Result<()> {
     metrics::set_global_recorder(CountSyncs)?;
