@@ -464,6 +464,7 @@ impl Core {
         if meta.state.is_finished() {
             return Err(ActorError::RunFinished(run_id.to_owned()));
         }
+        self.settle_inbox_for(run_id).await;
         self.deliver(
             run_id,
             Delivery::Signal {

@@ -29,6 +29,8 @@ const INBOX_POLL: Duration = Duration::from_secs(1);
 pub(crate) struct InboxTurn {
     /// (a drain is under way, it must read again)
     state: Mutex<(bool, bool)>,
+    /// Told when a drain ends.
+    ended: tokio::sync::Notify,
 }
 
 impl InboxTurn {
@@ -59,6 +61,7 @@ impl Turn<'_> {
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         *self.0.state.lock().unwrap_or_else(|p| p.into_inner()) = (false, false);
+        self.0.ended.notify_waiters();
     }
 }
 
@@ -375,11 +378,34 @@ impl Core {
             // Another drain is under way: it reads again before it ends.
             return;
         };
+        self.drain_turn(turn).await;
+    }
+
+    async fn drain_turn(&self, turn: Turn<'_>) {
         loop {
             self.drain_once().await;
             if !turn.again() || self.is_closing() {
                 return;
             }
+        }
+    }
+
+    /// Before this host hands a run it owns something directly (a signal), applies
+    /// the letters other hosts posted earlier, so that a run sees what one client
+    /// sent through several hosts in the order it was sent: waits for a drain under
+    /// way, which reads again before it ends. Nothing on a store of its own, or
+    /// for a run owned elsewhere (its letters go the same way as this one's). A
+    /// letter that cannot be read or applied now stays for the next drain.
+    pub(crate) async fn settle_inbox_for(&self, run_id: &str) {
+        if self.cluster().is_none() || self.owned_elsewhere(run_id) {
+            return;
+        }
+        let ended = self.inbox.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        match self.inbox.take() {
+            Some(turn) => self.drain_turn(turn).await,
+            None => ended.await,
         }
     }
 
