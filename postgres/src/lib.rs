@@ -113,6 +113,14 @@ pub(crate) fn pg_err(e: &tokio_postgres::Error) -> reel_storage::StorageError {
     }
 }
 
+/// Whether `e` is [`pg_err`]'s report of a server error with this SQLSTATE.
+pub(crate) fn has_sql_state(
+    e: &reel_storage::StorageError,
+    state: &tokio_postgres::error::SqlState,
+) -> bool {
+    matches!(e, reel_storage::StorageError::Io(m) if m.ends_with(&format!("({})", state.code())))
+}
+
 /// A prepared statement from the connection's cache: one round trip per execution
 /// instead of two.
 pub(crate) async fn stmt(

@@ -164,12 +164,22 @@ async fn commit(pool: &Pool, pending: &mut Vec<Request>, fence: Option<&str>) {
                 let _ = req.reply.send(outcome);
             }
         }
-        Err(e @ StorageError::Conflict { .. }) if pending.len() > 1 => {
+        Err(e)
+            if transient(&e)
+                || (matches!(e, StorageError::Conflict { .. }) && pending.len() > 1) =>
+        {
             tracing::debug!(error = %e, "reel-postgres: batch failed, writing its appends one by one");
             for req in pending.drain(..) {
-                let outcome = match write(&mut client, &[&req.append], fence).await {
-                    Ok(mut o) => o.pop().unwrap_or(Ok(())),
-                    Err(e) => Err(e),
+                let mut attempts = 1;
+                let outcome = loop {
+                    let outcome = match write(&mut client, &[&req.append], fence).await {
+                        Ok(mut o) => o.pop().unwrap_or(Ok(())),
+                        Err(e) => Err(e),
+                    };
+                    match outcome {
+                        Err(e) if transient(&e) && attempts < TRANSIENT_ATTEMPTS => attempts += 1,
+                        outcome => break outcome,
+                    }
                 };
                 let _ = req.reply.send(outcome);
             }
@@ -354,13 +364,14 @@ async fn write(
         }
         Ok(())
     };
-    tokio::try_join!(
+    let (log, meta, timers, notify, mail) = tokio::join!(
         log,
         write_meta(&tx, &metas, appends),
         write_timers(&tx, &timers),
         notify,
         crate::membership::post_in(&tx, &mails)
-    )?;
+    );
+    cause([log, meta, timers, notify, mail])?;
     tx.commit().await.map_err(|e| pg_err(&e))?;
     Ok(outcomes)
 }
@@ -401,6 +412,41 @@ async fn next_seqs<'a>(
         next.insert(*run, seq.map_or(0, |s| u64::try_from(s).unwrap_or(0)));
     }
     Ok(next)
+}
+
+/// Attempts of one append whose transaction the server aborted for a deadlock or a
+/// serialization failure.
+const TRANSIENT_ATTEMPTS: u32 = 5;
+
+/// The server aborted the transaction to resolve a deadlock (two hosts creating
+/// one run at once take the same locks in different orders) or a serialization
+/// failure: nothing of it landed, so it is written again.
+fn transient(e: &StorageError) -> bool {
+    [
+        SqlState::T_R_DEADLOCK_DETECTED,
+        SqlState::T_R_SERIALIZATION_FAILURE,
+    ]
+    .iter()
+    .any(|s| crate::has_sql_state(e, s))
+}
+
+/// The outcome of statements pipelined in one transaction. The first to fail makes
+/// those after it fail with "current transaction is aborted" (25P02), and
+/// whichever answer arrives first is not necessarily the cause: a conflict (a
+/// duplicate key, which the batch retries append by append) is reported before any
+/// other error, and any other before an aborted transaction.
+fn cause<const N: usize>(results: [Result<()>; N]) -> Result<()> {
+    let aborted = |e: &StorageError| crate::has_sql_state(e, &SqlState::IN_FAILED_SQL_TRANSACTION);
+    let mut errors: Vec<StorageError> = results.into_iter().filter_map(Result::err).collect();
+    errors.sort_by_key(|e| match e {
+        StorageError::Conflict { .. } => 0,
+        e if aborted(e) => 2,
+        _ => 1,
+    });
+    match errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// A duplicate sequence number means another writer won the race since the check:

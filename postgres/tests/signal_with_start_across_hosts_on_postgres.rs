@@ -1,0 +1,189 @@
+//! `Host::signal_with_start` on two hosts sharing a database (`PgStore::join`): a
+//! call on the host that does not own the run's partition creates the run with its
+//! signal (the owner runs it, woken by mail), later calls from either host reach
+//! it in the order they were made (a signal the owner delivers itself waits for
+//! the letters posted before it), a retried signal id is delivered once, and calls
+//! racing from both hosts on a new id create one run and deliver both signals. So
+//! do plain starts racing from both hosts: one creates the run, the other finds it
+//! (the writer reports the duplicate key as such, not the aborted transaction
+//! that the statements pipelined after it get).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use reel::{Ctx, Event, Host, Workflow};
+use reel_postgres::{ClusterConfig, PgStore, partition_of};
+
+/// Collects `add` signals until one says `checkout`.
+struct Cart;
+impl Workflow for Cart {
+    const NAME: &'static str = "cart";
+    type Input = String;
+    type Output = Vec<String>;
+    async fn run(&self, ctx: Ctx, owner: String) -> reel::Result<Vec<String>> {
+        let mut items = vec![owner];
+        loop {
+            let item: String = ctx.wait_for_signal("add").await?;
+            if item == "checkout" {
+                return Ok(items);
+            }
+            items.push(item);
+        }
+    }
+}
+
+async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
+    let store = PgStore::join(
+        url,
+        ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
+    )
+    .await?;
+    Ok(Host::builder().store(store).register(Cart).build().await?)
+}
+
+/// The database's partition owners: partition -> host.
+async fn owners(url: &str) -> BTreeMap<i16, String> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let rows = client
+        .query("SELECT part, owner FROM reel_leases", &[])
+        .await
+        .expect("leases");
+    drop(client);
+    let _ = task.await;
+    rows.iter()
+        .filter_map(|r| Some((r.get(0), r.get::<_, Option<String>>(1)?)))
+        .collect()
+}
+
+/// Waits until both hosts hold a fair share of the 256 partitions.
+async fn settled(url: &str) -> BTreeMap<i16, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = owners(url).await;
+        let a = now.values().filter(|o| *o == "host-a").count();
+        if now.len() == 256 && (100..=156).contains(&a) {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "leases never settled: {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn received(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SignalReceived { signal_id, .. } => Some(signal_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_with_start_across_hosts_on_postgres() -> anyhow::Result<()> {
+    let url = support::database("signal_with_start").await;
+    let hosts = [host(&url, "host-a").await?, host(&url, "host-b").await?];
+    let owners = settled(&url).await;
+    let index = |name: &str| usize::from(name == "host-b");
+
+    for n in 0..12 {
+        let id = format!("cart-{n}");
+        let owner = index(&owners[&partition_of(&id)]);
+        let (mine, other) = (&hosts[owner], &hosts[1 - owner]);
+        // Created by the host that does not own it; the owner runs it.
+        other
+            .signal_with_start::<Cart, _>(&id, format!("owner-{n}"), "add", "apple", "m-1")
+            .await
+            .map_err(|e| anyhow::anyhow!("create {id}: {e}"))?;
+        // To the existing run, by mail from the other host, then retried.
+        other
+            .signal_with_start::<Cart, _>(&id, "ignored".into(), "add", "pear", "m-2")
+            .await?;
+        other
+            .signal_with_start::<Cart, _>(&id, "ignored".into(), "add", "pear", "m-2")
+            .await?;
+        mine.signal_with_start::<Cart, _>(&id, "ignored".into(), "add", "checkout", "m-3")
+            .await?;
+        let cart = other.handle::<Cart>(&id);
+        let items = tokio::time::timeout(Duration::from_secs(60), cart.result())
+            .await
+            .map_err(|_| anyhow::anyhow!("{id} did not complete"))??;
+        assert_eq!(
+            items,
+            [format!("owner-{n}"), "apple".into(), "pear".into()],
+            "{id}"
+        );
+        assert_eq!(
+            received(&cart.events().await?),
+            ["m-1", "m-2", "m-3"],
+            "{id}"
+        );
+    }
+
+    // Both hosts at once on new ids: one run each, both signals in it.
+    for n in 0..8 {
+        let id = format!("race-{n}");
+        let (a, b) = tokio::join!(
+            hosts[0].signal_with_start::<Cart, _>(&id, "from-a".into(), "add", "a", "from-a"),
+            hosts[1].signal_with_start::<Cart, _>(&id, "from-b".into(), "add", "b", "from-b"),
+        );
+        a.map_err(|e| anyhow::anyhow!("race a {id}: {e}"))?;
+        b.map_err(|e| anyhow::anyhow!("race b {id}: {e}"))?;
+        hosts[0]
+            .handle::<Cart>(&id)
+            .signal("add", "checkout", "done")
+            .await?;
+        let cart = hosts[1].handle::<Cart>(&id);
+        let items = tokio::time::timeout(Duration::from_secs(60), cart.result())
+            .await
+            .map_err(|_| anyhow::anyhow!("{id} did not complete"))??;
+        assert_eq!(
+            items.len(),
+            3,
+            "{id}: its creator's input and both items: {items:?}"
+        );
+        let mut ids = received(&cart.events().await?);
+        ids.sort();
+        assert_eq!(ids, ["done", "from-a", "from-b"], "{id}");
+    }
+    for h in hosts {
+        h.shutdown().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_racing_on_two_hosts_make_one_run_on_postgres() -> anyhow::Result<()> {
+    let url = support::database("start_race").await;
+    let hosts = [host(&url, "host-a").await?, host(&url, "host-b").await?];
+    settled(&url).await;
+    for n in 0..16 {
+        let id = format!("order-{n}");
+        let (a, b) = tokio::join!(
+            hosts[0].start::<Cart>(&id, "from-a".into()),
+            hosts[1].start::<Cart>(&id, "from-b".into()),
+        );
+        a.map_err(|e| anyhow::anyhow!("start on host-a of {id}: {e}"))?;
+        b.map_err(|e| anyhow::anyhow!("start on host-b of {id}: {e}"))?;
+        hosts[n % 2]
+            .handle::<Cart>(&id)
+            .signal("add", "checkout", "done")
+            .await?;
+        let items = tokio::time::timeout(
+            Duration::from_secs(60),
+            hosts[1 - n % 2].handle::<Cart>(&id).result(),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("{id} did not complete"))??;
+        assert_eq!(items.len(), 1, "{id}: one run, one creator: {items:?}");
+    }
+    for h in hosts {
+        h.shutdown().await?;
+    }
+    Ok(())
+}
