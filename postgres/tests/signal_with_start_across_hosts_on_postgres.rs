@@ -6,7 +6,9 @@
 //! racing from both hosts on a new id create one run and deliver both signals. So
 //! do plain starts racing from both hosts: one creates the run, the other finds it
 //! (the writer reports the duplicate key as such, not the aborted transaction
-//! that the statements pipelined after it get).
+//! that the statements pipelined after it get). Sixty signals sent at once from
+//! both hosts (the owner applying letters before each of its own) all return and
+//! all land once, before a last signal sent afterwards.
 
 mod support;
 
@@ -182,6 +184,76 @@ async fn starts_racing_on_two_hosts_make_one_run_on_postgres() -> anyhow::Result
         .map_err(|_| anyhow::anyhow!("{id} did not complete"))??;
         assert_eq!(items.len(), 1, "{id}: one run, one creator: {items:?}");
     }
+    for h in hosts {
+        h.shutdown().await?;
+    }
+    Ok(())
+}
+
+/// Counts `tick` signals until one says `stop`.
+struct Counter;
+impl Workflow for Counter {
+    const NAME: &'static str = "counter";
+    type Input = ();
+    type Output = u32;
+    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
+        let mut n = 0;
+        while ctx.wait_for_signal::<bool>("tick").await? {
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_signals_from_both_hosts_all_arrive_on_postgres() -> anyhow::Result<()> {
+    let url = support::database("signal_storm").await;
+    let mut hosts = Vec::new();
+    for name in ["host-a", "host-b"] {
+        let store = PgStore::join(
+            &url,
+            ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
+        )
+        .await?;
+        hosts.push(
+            Host::builder()
+                .store(store)
+                .register(Counter)
+                .build()
+                .await?,
+        );
+    }
+    let owners = settled(&url).await;
+    let id = "storm";
+    let owner = usize::from(owners[&partition_of(id)] == "host-b");
+    hosts[1 - owner].start::<Counter>(id, ()).await?;
+    // The owner delivers its own signals while letters from the other host keep
+    // arriving: every call returns, and every signal lands once.
+    let sends = (0..60).map(|i| {
+        let host = &hosts[i % 2];
+        async move {
+            host.handle::<Counter>(id)
+                .signal("tick", &true, &format!("t-{i}"))
+                .await
+        }
+    });
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        futures::future::try_join_all(sends),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("signals did not return"))??;
+    hosts[owner]
+        .handle::<Counter>(id)
+        .signal("tick", &false, "stop")
+        .await?;
+    let n = tokio::time::timeout(
+        Duration::from_secs(60),
+        hosts[1 - owner].handle::<Counter>(id).result(),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("the run did not complete"))??;
+    assert_eq!(n, 60, "every tick counted once");
     for h in hosts {
         h.shutdown().await?;
     }

@@ -29,8 +29,12 @@ const INBOX_POLL: Duration = Duration::from_secs(1);
 pub(crate) struct InboxTurn {
     /// (a drain is under way, it must read again)
     state: Mutex<(bool, bool)>,
-    /// Told when a drain ends.
-    ended: tokio::sync::Notify,
+    /// Reads of the inbox begun and ended (one drain at a time, so they end in
+    /// the order they began).
+    reads_begun: std::sync::atomic::AtomicU64,
+    reads_ended: std::sync::atomic::AtomicU64,
+    /// Told when a read ends.
+    read_ended: tokio::sync::Notify,
 }
 
 impl InboxTurn {
@@ -61,7 +65,16 @@ impl Turn<'_> {
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         *self.0.state.lock().unwrap_or_else(|p| p.into_inner()) = (false, false);
-        self.0.ended.notify_waiters();
+    }
+}
+
+/// Ends a read of the inbox when dropped: counts it and tells the waiters.
+struct ReadEnds<'a>(&'a InboxTurn);
+
+impl Drop for ReadEnds<'_> {
+    fn drop(&mut self) {
+        self.0.reads_ended.fetch_add(1, Ordering::SeqCst);
+        self.0.read_ended.notify_waiters();
     }
 }
 
@@ -392,25 +405,50 @@ impl Core {
 
     /// Before this host hands a run it owns something directly (a signal), applies
     /// the letters other hosts posted earlier, so that a run sees what one client
-    /// sent through several hosts in the order it was sent: waits for a drain under
-    /// way, which reads again before it ends. Nothing on a store of its own, or
-    /// for a run owned elsewhere (its letters go the same way as this one's). A
-    /// letter that cannot be read or applied now stays for the next drain.
+    /// sent through several hosts in the order it was sent: waits until a read of
+    /// the inbox begun after this call has ended (its own, or that of a drain
+    /// under way, which reads again). Nothing on a store of its own, or for a run
+    /// owned elsewhere (its letters go the same way as this one's). A letter that
+    /// cannot be read or applied now stays for the next drain.
     pub(crate) async fn settle_inbox_for(&self, run_id: &str) {
         if self.cluster().is_none() || self.owned_elsewhere(run_id) {
             return;
         }
-        let ended = self.inbox.ended.notified();
-        tokio::pin!(ended);
-        ended.as_mut().enable();
-        match self.inbox.take() {
-            Some(turn) => self.drain_turn(turn).await,
-            None => ended.await,
+        let after = self.inbox.reads_begun.load(Ordering::SeqCst);
+        loop {
+            let ended = self.inbox.read_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.inbox.reads_ended.load(Ordering::SeqCst) > after || self.is_closing() {
+                return;
+            }
+            match self.inbox.take() {
+                Some(turn) => {
+                    // One read of its own, not the whole turn: under a stream of
+                    // requests a turn may go on for long. What was asked meanwhile
+                    // is drained by a task.
+                    self.drain_once().await;
+                    let again = turn.again();
+                    drop(turn);
+                    if again && let Some(core) = self.me.upgrade() {
+                        tokio::spawn(async move { core.drain_inbox().await });
+                    }
+                    return;
+                }
+                None => ended.await,
+            }
         }
     }
 
     /// Reads the inbox until it is empty (or a read fails).
     async fn drain_once(&self) {
+        self.inbox.reads_begun.fetch_add(1, Ordering::SeqCst);
+        // Counted as ended when dropped, a read cut short too.
+        let _ended = ReadEnds(&self.inbox);
+        self.read_inbox().await;
+    }
+
+    async fn read_inbox(&self) {
         loop {
             let store = self.store.clone();
             let leaving = self
