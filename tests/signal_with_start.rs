@@ -8,25 +8,10 @@
 
 use std::time::Duration;
 
-use reel::{Ctx, Error, Event, Host, QueueOptions, RunStatus, Workflow};
+mod common;
 
-/// A cart: collects `add` signals until one says `checkout`.
-struct Cart;
-impl Workflow for Cart {
-    const NAME: &'static str = "cart";
-    type Input = String;
-    type Output = Vec<String>;
-    async fn run(&self, ctx: Ctx, owner: String) -> reel::Result<Vec<String>> {
-        let mut items = vec![owner];
-        loop {
-            let item: String = ctx.wait_for_signal("add").await?;
-            if item == "checkout" {
-                return Ok(items);
-            }
-            items.push(item);
-        }
-    }
-}
+use common::cart::{Cart, received};
+use reel::{Ctx, Error, Event, Host, QueueOptions, RunStatus, Workflow};
 
 /// Another workflow, to hold an id the cart cannot take.
 struct Other;
@@ -53,16 +38,6 @@ async fn host_passivating_after(dir: &std::path::Path, idle: Duration) -> anyhow
         .passivate_after(idle)
         .build()
         .await?)
-}
-
-fn received(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::SignalReceived { signal_id, .. } => Some(signal_id.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,30 +11,17 @@
 //! all land once, before a last signal sent afterwards.
 
 mod support;
+// The cart of reel's own signal-with-start tests.
+#[allow(unreachable_pub)]
+#[path = "../../tests/common/cart.rs"]
+mod cart;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use reel::{Ctx, Event, Host, Workflow};
+use cart::{Cart, received};
+use reel::{Ctx, Host, Workflow};
 use reel_postgres::{ClusterConfig, PgStore, partition_of};
-
-/// Collects `add` signals until one says `checkout`.
-struct Cart;
-impl Workflow for Cart {
-    const NAME: &'static str = "cart";
-    type Input = String;
-    type Output = Vec<String>;
-    async fn run(&self, ctx: Ctx, owner: String) -> reel::Result<Vec<String>> {
-        let mut items = vec![owner];
-        loop {
-            let item: String = ctx.wait_for_signal("add").await?;
-            if item == "checkout" {
-                return Ok(items);
-            }
-            items.push(item);
-        }
-    }
-}
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
     let store = PgStore::join(
@@ -42,7 +29,12 @@ async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
         ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
     )
     .await?;
-    Ok(Host::builder().store(store).register(Cart).build().await?)
+    Ok(Host::builder()
+        .store(store)
+        .register(Cart)
+        .register(Counter)
+        .build()
+        .await?)
 }
 
 /// The database's partition owners: partition -> host.
@@ -74,16 +66,6 @@ async fn settled(url: &str) -> BTreeMap<i16, String> {
         assert!(Instant::now() < deadline, "leases never settled: {now:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-fn received(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::SignalReceived { signal_id, .. } => Some(signal_id.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,21 +190,7 @@ impl Workflow for Counter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_signals_from_both_hosts_all_arrive_on_postgres() -> anyhow::Result<()> {
     let url = support::database("signal_storm").await;
-    let mut hosts = Vec::new();
-    for name in ["host-a", "host-b"] {
-        let store = PgStore::join(
-            &url,
-            ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
-        )
-        .await?;
-        hosts.push(
-            Host::builder()
-                .store(store)
-                .register(Counter)
-                .build()
-                .await?,
-        );
-    }
+    let hosts = [host(&url, "host-a").await?, host(&url, "host-b").await?];
     let owners = settled(&url).await;
     let id = "storm";
     let owner = usize::from(owners[&partition_of(id)] == "host-b");

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+pub mod cart;
 pub mod counting;
 pub mod kill;
 pub mod tokens;
