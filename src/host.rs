@@ -416,20 +416,19 @@ impl Host {
         options: StartOptions,
     ) -> Result<RunHandle<W>> {
         let input = encode(&input)?;
-        let now = self.core().clock().now_ms();
-        let deadline = options.timeout.map(|t| now.saturating_add(millis(t)));
-        match options.queue {
-            Some(queue) => {
-                let place = QueuePlace {
-                    queue,
-                    priority: options.priority,
-                    dedup_key: options.dedup_key,
-                };
+        let (deadline, place) = self.placement(options);
+        match place {
+            Some(place) => {
                 // Boxed: a queued start's future would make every start's larger.
-                Box::pin(
-                    self.core()
-                        .enqueue(W::NAME, W::VERSION, run_id, input, deadline, place),
-                )
+                Box::pin(self.core().enqueue(
+                    W::NAME,
+                    W::VERSION,
+                    run_id,
+                    input,
+                    deadline,
+                    place,
+                    Vec::new(),
+                ))
                 .await?;
             }
             None => {
@@ -439,6 +438,19 @@ impl Host {
             }
         }
         Ok(self.handle(run_id))
+    }
+
+    /// What `options` ask of a new run: its deadline (ms since the epoch) and its
+    /// place on a queue.
+    pub(crate) fn placement(&self, options: StartOptions) -> (Option<u64>, Option<QueuePlace>) {
+        let now = self.core().clock().now_ms();
+        let deadline = options.timeout.map(|t| now.saturating_add(millis(t)));
+        let place = options.queue.map(|queue| QueuePlace {
+            queue,
+            priority: options.priority,
+            dedup_key: options.dedup_key,
+        });
+        (deadline, place)
     }
 
     /// A handle on a run, without checking that it exists (its methods do).

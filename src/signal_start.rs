@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::ctx::encode;
 use crate::primitives::approval_signal;
-use crate::{Error, Host, Result, RunHandle, Workflow};
+use crate::{Error, Host, Result, RunHandle, StartOptions, Workflow};
 
 impl Host {
     /// Sends the signal `name` with `payload` (id `signal_id`, as for
@@ -19,7 +19,8 @@ impl Host {
     /// exists and has not ended gets the signal as `signal` delivers it (an
     /// enqueued run sees it once its queue admits it). Calls that race on one new
     /// id create one run and deliver every signal. The run is created as
-    /// [`Host::start`] creates it: no queue, no timeout.
+    /// [`Host::start`] creates it; [`Host::signal_with_start_with`] creates it on a
+    /// queue or with a timeout.
     ///
     /// Retrying a call with the same `signal_id` delivers the signal once, with
     /// `signal`'s limits: the ids a run knows are those of its current log segment
@@ -73,13 +74,81 @@ impl Host {
         payload: &T,
         signal_id: &str,
     ) -> Result<RunHandle<W>> {
+        self.signal_with_start_with::<W, T>(
+            run_id,
+            input,
+            StartOptions::default(),
+            name,
+            payload,
+            signal_id,
+        )
+        .await
+    }
+
+    /// [`Host::signal_with_start`], creating a new run as
+    /// [`Host::start_with`] does with `options`: with a timeout, or on a queue
+    /// (recorded enqueued, with the signal already in its first write, and run
+    /// once the queue admits it). The options apply only when the call creates
+    /// the run; an existing run just gets the signal.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::Duration;
+    /// # use reel::{Ctx, Host, QueueOptions, StartOptions, Workflow};
+    /// # struct Session;
+    /// # impl Workflow for Session {
+    /// #     const NAME: &'static str = "session";
+    /// #     type Input = ();
+    /// #     type Output = String;
+    /// #     async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<String> {
+    /// #         ctx.wait_for_signal("msg").await
+    /// #     }
+    /// # }
+    /// # #[tokio::main] async fn main() -> reel::Result<()> {
+    /// let host = Host::builder()
+    ///     .in_memory()
+    ///     .queue("sessions", QueueOptions::default().concurrency(100))
+    ///     .register(Session)
+    ///     .build()
+    ///     .await?;
+    /// let options = StartOptions::default()
+    ///     .queue("sessions")
+    ///     .timeout(Duration::from_secs(3600));
+    /// let run = host
+    ///     .signal_with_start_with::<Session, _>("s-1", (), options, "msg", "hello", "m-1")
+    ///     .await?;
+    /// assert_eq!(run.result().await?, "hello");
+    /// # host.shutdown().await }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Host::signal_with_start`]; for a new run on a queue, as
+    /// [`Host::start_on`] too ([`Error::UnknownQueue`], [`Error::Deduplicated`]).
+    pub async fn signal_with_start_with<W: Workflow, T: Serialize + ?Sized>(
+        &self,
+        run_id: &str,
+        input: W::Input,
+        options: StartOptions,
+        name: &str,
+        payload: &T,
+        signal_id: &str,
+    ) -> Result<RunHandle<W>> {
         if name.starts_with(&approval_signal("")) {
             return Err(Error::ReservedName(name.to_owned()));
         }
         let input = encode(&input)?;
         let payload = encode(payload)?;
+        let (deadline, place) = self.placement(options);
         self.core()
-            .signal_with_start(W::NAME, W::VERSION, run_id, input, name, signal_id, payload)
+            .signal_with_start(
+                W::NAME,
+                W::VERSION,
+                run_id,
+                input,
+                deadline,
+                place,
+                (name, signal_id, payload),
+            )
             .await?;
         Ok(self.handle(run_id))
     }

@@ -236,3 +236,80 @@ async fn wrong_workflow_unregistered_and_reserved_names_are_typed_errors() -> an
     host.shutdown().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_options_a_new_run_goes_on_its_queue_or_gets_its_timeout() -> anyhow::Result<()> {
+    use reel::StartOptions;
+    use reel::testing::TestClock;
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    let dir = tempfile::tempdir()?;
+    let clock = TestClock::new(std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    let host = Host::builder()
+        .path(dir.path())
+        .clock(clock.clone())
+        .register(Cart)
+        .queue("one-at-a-time", QueueOptions::default().concurrency(1))
+        .build()
+        .await?;
+    let on_queue = || StartOptions::default().queue("one-at-a-time");
+
+    // Created on the queue: enqueued behind the run holding the slot, with the
+    // signal in its first write, and it sees the signal once admitted.
+    let first = host
+        .start_on::<Cart>("one-at-a-time", "holder", "ida".into())
+        .await?;
+    let queued = host
+        .signal_with_start_with::<Cart, _>("queued", "jan".into(), on_queue(), "add", "fig", "m-1")
+        .await?;
+    assert_eq!(queued.status().await?, RunStatus::Enqueued);
+    assert_eq!(received(&queued.events().await?), ["m-1"]);
+    // Existing: the options no longer matter, the signal goes in.
+    host.signal_with_start_with::<Cart, _>(
+        "queued",
+        "ignored".into(),
+        StartOptions::default(),
+        "add",
+        "checkout",
+        "m-2",
+    )
+    .await?;
+    first.signal("add", "checkout", "done").await?;
+    assert_eq!(first.result().await?, ["ida"]);
+    assert_eq!(queued.result().await?, ["jan", "fig"]);
+    let unknown = host
+        .signal_with_start_with::<Cart, _>(
+            "nowhere",
+            "kay".into(),
+            StartOptions::default().queue("no-such-queue"),
+            "add",
+            "x",
+            "m-1",
+        )
+        .await;
+    assert!(
+        matches!(unknown, Err(Error::UnknownQueue(_))),
+        "{unknown:?}"
+    );
+
+    // Created with a timeout: the deadline cancels it.
+    let timed = host
+        .signal_with_start_with::<Cart, _>(
+            "timed",
+            "lou".into(),
+            StartOptions::default().timeout(HOUR),
+            "add",
+            "kiwi",
+            "m-1",
+        )
+        .await?;
+    timed.wait_until_suspended().await?;
+    clock.advance(2 * HOUR);
+    let ended = tokio::time::timeout(Duration::from_secs(30), timed.result()).await?;
+    assert!(
+        matches!(&ended, Err(Error::Cancelled(reason)) if reason.starts_with("deadline exceeded")),
+        "{ended:?}"
+    );
+    host.shutdown().await?;
+    Ok(())
+}

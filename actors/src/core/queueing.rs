@@ -40,11 +40,14 @@ impl Core {
     /// Creates a run on a queue (idempotent on `run_id` for the same workflow): it
     /// is recorded enqueued, durably, and starts when the queue admits it, in
     /// priority and start order, across restarts. A `deadline` counts from now.
+    /// `first` goes into the run's first write after its start (a signal that
+    /// comes with it).
     ///
     /// # Errors
     /// [`ActorError::UnknownQueue`], [`ActorError::Deduplicated`],
     /// [`ActorError::NotRegistered`], [`ActorError::RunExists`], storage errors.
     /// Nothing is written on an error.
+    #[allow(clippy::too_many_arguments)]
     pub async fn enqueue(
         &self,
         workflow: &str,
@@ -53,6 +56,7 @@ impl Core {
         input: Payload,
         deadline: Option<u64>,
         place: QueuePlace,
+        first: Vec<Event>,
     ) -> Result<Started, ActorError> {
         self.check_open()?;
         check_run_id(run_id)?;
@@ -65,7 +69,8 @@ impl Core {
                 .reserve(&place.queue, run_id, place.dedup_key.as_ref())?
         };
         let (queue, key) = (place.queue.clone(), place.dedup_key.clone());
-        let (mut meta, events) = self.new_run(workflow, version, run_id, input, None, deadline);
+        let (mut meta, mut events) = self.new_run(workflow, version, run_id, input, None, deadline);
+        events.extend(first);
         meta.state = RunState::Enqueued;
         meta.queue = Some(QueueEntry {
             name: place.queue.clone(),

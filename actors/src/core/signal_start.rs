@@ -10,10 +10,13 @@ use super::*;
 
 impl Core {
     /// Sends `name` with `payload` (id `signal_id`) to the run `run_id` of
-    /// `workflow`, first creating the run with `input` when it does not exist.
+    /// `workflow`, first creating the run with `input` when it does not exist:
+    /// with a `deadline` (ms since the epoch) if given, and on a queue if `place`
+    /// says so (enqueued, the signal in its first write).
     ///
     /// # Errors
-    /// [`ActorError::NotRegistered`] for an unknown workflow or version,
+    /// [`ActorError::UnknownQueue`], [`ActorError::Deduplicated`] for a new run
+    /// on a queue, [`ActorError::NotRegistered`] for an unknown workflow or version,
     /// [`ActorError::RunExists`] when another workflow has the id,
     /// [`ActorError::RunFinished`] when the run has ended,
     /// [`ActorError::UnknownRun`] when it is deleted meanwhile,
@@ -25,9 +28,9 @@ impl Core {
         version: u32,
         run_id: &str,
         input: Payload,
-        name: &str,
-        signal_id: &str,
-        payload: Payload,
+        deadline: Option<u64>,
+        place: Option<QueuePlace>,
+        (name, signal_id, payload): (&str, &str, Payload),
     ) -> Result<Started, ActorError> {
         self.check_open()?;
         check_run_id(run_id)?;
@@ -39,13 +42,32 @@ impl Core {
             self.signal(run_id, name, signal_id, payload).await?;
             return Ok(Started::Existing);
         }
-        let (meta, mut events) = self.new_run(workflow, version, run_id, input, None, None);
-        events.push(Event::SignalReceived {
+        let signal = Event::SignalReceived {
             name: name.to_owned(),
             signal_id: signal_id.to_owned(),
             payload: payload.clone(),
-        });
-        match Box::pin(self.create(meta, events)).await? {
+        };
+        let created = match place {
+            Some(place) => {
+                let enqueue = self.enqueue(
+                    workflow,
+                    version,
+                    run_id,
+                    input,
+                    deadline,
+                    place,
+                    vec![signal],
+                );
+                Box::pin(enqueue).await?
+            }
+            None => {
+                let (meta, mut events) =
+                    self.new_run(workflow, version, run_id, input, None, deadline);
+                events.push(signal);
+                Box::pin(self.create(meta, events)).await?
+            }
+        };
+        match created {
             Started::Created => Ok(Started::Created),
             Started::Existing => {
                 self.signal(run_id, name, signal_id, payload).await?;
