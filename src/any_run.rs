@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::ctx::{Approval, decode, encode};
-use crate::primitives::approval_signal;
+use crate::primitives::{approval_signal, check_signal_name};
 use crate::{Ctx, Error, Result, RunInfo, RunStatus, Uuid};
 
 /// A handle on one run of any workflow: what a tool (an admin endpoint, a CLI)
@@ -88,9 +88,7 @@ impl AnyRun {
         payload: &T,
         signal_id: &str,
     ) -> Result<()> {
-        if name.starts_with(&approval_signal("")) {
-            return Err(Error::ReservedName(name.to_owned()));
-        }
+        check_signal_name(name)?;
         self.send_signal(name, payload, signal_id).await
     }
 

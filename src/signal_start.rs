@@ -4,9 +4,11 @@
 
 use serde::Serialize;
 
+#[cfg(doc)]
+use crate::Error;
 use crate::ctx::encode;
-use crate::primitives::approval_signal;
-use crate::{Error, Host, Result, RunHandle, StartOptions, Workflow};
+use crate::primitives::check_signal_name;
+use crate::{Host, Result, RunHandle, StartOptions, Workflow};
 
 impl Host {
     /// Sends the signal `name` with `payload` (id `signal_id`, as for
@@ -133,9 +135,7 @@ impl Host {
         payload: &T,
         signal_id: &str,
     ) -> Result<RunHandle<W>> {
-        if name.starts_with(&approval_signal("")) {
-            return Err(Error::ReservedName(name.to_owned()));
-        }
+        check_signal_name(name)?;
         let input = encode(&input)?;
         let payload = encode(payload)?;
         let (deadline, place) = self.placement(options);

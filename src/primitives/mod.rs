@@ -31,4 +31,4 @@ mod signal;
 mod step;
 mod timer;
 
-pub(crate) use signal::approval_signal;
+pub(crate) use signal::{approval_signal, check_signal_name};

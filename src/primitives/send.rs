@@ -13,7 +13,7 @@ use reel_actors::ActorError;
 use serde::{Deserialize, Serialize};
 
 use crate::ctx::encode;
-use crate::primitives::approval_signal;
+use crate::primitives::check_signal_name;
 use crate::{Ctx, Error, Result};
 
 /// Why the receiving run refused a signal, as recorded in the sender's log.
@@ -61,10 +61,8 @@ impl Ctx {
         payload: &T,
         signal_id: &str,
     ) -> impl Future<Output = Result<()>> + Send + use<T> {
-        if name.starts_with(&approval_signal("")) {
-            return Either::Left(std::future::ready(Err(Error::ReservedName(
-                name.to_owned(),
-            ))));
+        if let Err(e) = check_signal_name(name) {
+            return Either::Left(std::future::ready(Err(e)));
         }
         let payload = match encode(payload) {
             Ok(p) => p,

@@ -27,9 +27,23 @@ fn describe_wait(prefix: &str, name: &str) -> String {
     }
 }
 
+/// What the signal names approvals travel under begin with.
+const APPROVAL_PREFIX: &str = "approval:";
+
 /// The signal name an approval travels under.
 pub(crate) fn approval_signal(name: &str) -> String {
-    format!("approval:{name}")
+    format!("{APPROVAL_PREFIX}{name}")
+}
+
+/// Refuses a signal name reserved for approvals (sent only as approvals).
+///
+/// # Errors
+/// [`Error::ReservedName`].
+pub(crate) fn check_signal_name(name: &str) -> Result<()> {
+    if name.starts_with(APPROVAL_PREFIX) {
+        return Err(Error::ReservedName(name.to_owned()));
+    }
+    Ok(())
 }
 
 impl Ctx {
