@@ -461,6 +461,18 @@ impl Core {
     ) -> Result<(), ActorError> {
         self.check_open()?;
         let meta = self.known(run_id).await?;
+        self.signal_known(&meta, name, signal_id, payload).await
+    }
+
+    /// [`Core::signal`] to a run whose record the caller has just read.
+    pub(crate) async fn signal_known(
+        &self,
+        meta: &RunMeta,
+        name: &str,
+        signal_id: &str,
+        payload: Payload,
+    ) -> Result<(), ActorError> {
+        let run_id = meta.run_id.as_str();
         if meta.state.is_finished() {
             return Err(ActorError::RunFinished(run_id.to_owned()));
         }

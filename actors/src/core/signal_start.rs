@@ -35,11 +35,12 @@ impl Core {
         self.check_open()?;
         check_run_id(run_id)?;
         self.check_registered(workflow, version)?;
-        // The common case, a message to a run that exists, reads its record and
-        // writes nothing but the signal.
+        // The common case, a message to a run that exists, reads its record once
+        // and writes nothing but the signal.
         if let Some(existing) = self.meta(run_id).await? {
             Core::existing(&existing, workflow)?;
-            self.signal(run_id, name, signal_id, payload).await?;
+            self.signal_known(&existing, name, signal_id, payload)
+                .await?;
             return Ok(Started::Existing);
         }
         let signal = Event::SignalReceived {
