@@ -11,9 +11,15 @@ use crate::{CorruptRecord, StorageError, TimerEntry};
 
 pub(crate) fn log_prefix(run_id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(run_id.len() + 9);
+    log_prefix_into(&mut k, run_id);
+    k
+}
+
+/// [`log_prefix`] written into `k` (cleared first).
+fn log_prefix_into(k: &mut Vec<u8>, run_id: &str) {
+    k.clear();
     k.extend_from_slice(run_id.as_bytes());
     k.push(0);
-    k
 }
 
 pub(crate) fn log_key(run_id: &str, seq: u64) -> Vec<u8> {
@@ -25,9 +31,7 @@ pub(crate) fn log_key(run_id: &str, seq: u64) -> Vec<u8> {
 /// [`log_key`] written into `k` (cleared first), so that a batch of records
 /// builds their keys in one buffer.
 pub(crate) fn log_key_into(k: &mut Vec<u8>, run_id: &str, seq: u64) {
-    k.clear();
-    k.extend_from_slice(run_id.as_bytes());
-    k.push(0);
+    log_prefix_into(k, run_id);
     k.extend_from_slice(&seq.to_be_bytes());
 }
 
