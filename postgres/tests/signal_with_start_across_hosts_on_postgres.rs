@@ -16,8 +16,7 @@ mod support;
 #[path = "../../tests/common/cart.rs"]
 mod cart;
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cart::{Cart, received};
 use reel::{Ctx, Host, Workflow};
@@ -37,47 +36,15 @@ async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
         .await?)
 }
 
-/// The database's partition owners: partition -> host.
-async fn owners(url: &str) -> BTreeMap<i16, String> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    let task = tokio::spawn(conn);
-    let rows = client
-        .query("SELECT part, owner FROM reel_leases", &[])
-        .await
-        .expect("leases");
-    drop(client);
-    let _ = task.await;
-    rows.iter()
-        .filter_map(|r| Some((r.get(0), r.get::<_, Option<String>>(1)?)))
-        .collect()
-}
-
-/// Waits until both hosts hold a fair share of the 256 partitions.
-async fn settled(url: &str) -> BTreeMap<i16, String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = owners(url).await;
-        let a = now.values().filter(|o| *o == "host-a").count();
-        if now.len() == 256 && (100..=156).contains(&a) {
-            return now;
-        }
-        assert!(Instant::now() < deadline, "leases never settled: {now:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_with_start_across_hosts_on_postgres() -> anyhow::Result<()> {
     let url = support::database("signal_with_start").await;
-    let hosts = [host(&url, "host-a").await?, host(&url, "host-b").await?];
-    let owners = settled(&url).await;
-    let index = |name: &str| usize::from(name == "host-b");
+    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
+    let owners = support::spread_leases(&url, "host-", 2, 128).await;
 
     for n in 0..12 {
         let id = format!("cart-{n}");
-        let owner = index(&owners[&partition_of(&id)]);
+        let owner = owners[partition_of(&id) as usize];
         let (mine, other) = (&hosts[owner], &hosts[1 - owner]);
         // Created by the host that does not own it; the owner runs it.
         other
@@ -144,16 +111,16 @@ async fn signal_with_start_across_hosts_on_postgres() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_racing_on_two_hosts_make_one_run_on_postgres() -> anyhow::Result<()> {
     let url = support::database("start_race").await;
-    let hosts = [host(&url, "host-a").await?, host(&url, "host-b").await?];
-    settled(&url).await;
+    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
+    support::spread_leases(&url, "host-", 2, 128).await;
     for n in 0..16 {
         let id = format!("order-{n}");
         let (a, b) = tokio::join!(
             hosts[0].start::<Cart>(&id, "from-a".into()),
             hosts[1].start::<Cart>(&id, "from-b".into()),
         );
-        a.map_err(|e| anyhow::anyhow!("start on host-a of {id}: {e}"))?;
-        b.map_err(|e| anyhow::anyhow!("start on host-b of {id}: {e}"))?;
+        a.map_err(|e| anyhow::anyhow!("start on host-0 of {id}: {e}"))?;
+        b.map_err(|e| anyhow::anyhow!("start on host-1 of {id}: {e}"))?;
         hosts[n % 2]
             .handle::<Cart>(&id)
             .signal("add", "checkout", "done")
@@ -190,10 +157,10 @@ impl Workflow for Counter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_signals_from_both_hosts_all_arrive_on_postgres() -> anyhow::Result<()> {
     let url = support::database("signal_storm").await;
-    let hosts = [host(&url, "host-a").await?, host(&url, "host-b").await?];
-    let owners = settled(&url).await;
+    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
+    let owners = support::spread_leases(&url, "host-", 2, 128).await;
     let id = "storm";
-    let owner = usize::from(owners[&partition_of(id)] == "host-b");
+    let owner = owners[partition_of(id) as usize];
     hosts[1 - owner].start::<Counter>(id, ()).await?;
     // The owner delivers its own signals while letters from the other host keep
     // arriving: every call returns, and every signal lands once.
