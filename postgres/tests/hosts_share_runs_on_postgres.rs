@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reel::{Ctx, Event, Host, RunStatus, Workflow};
-use reel_postgres::{ClusterConfig, PgStore, partition_of};
+use reel_postgres::partition_of;
 
 /// Each step execution: (run, step) -> the hosts that executed it, in order.
 type Executions = Arc<Mutex<HashMap<(String, String), Vec<String>>>>;
@@ -59,11 +59,7 @@ impl Workflow for Order {
 }
 
 async fn host(url: &str, name: &str, executions: &Executions) -> anyhow::Result<Host> {
-    let store = PgStore::join(
-        url,
-        ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
-    )
-    .await?;
+    let store = support::join(url, name).await?;
     Ok(Host::builder()
         .store(store)
         .register(Order {
@@ -289,11 +285,7 @@ impl Workflow for Gated {
 async fn step_that_ends_after_its_lease_was_lost_is_not_recorded() -> anyhow::Result<()> {
     let url = support::database("disowned").await;
     let executions = Arc::new(Mutex::new(0));
-    let store = PgStore::join(
-        &url,
-        ClusterConfig::new("host-a").lease_ttl(Duration::from_millis(1500)),
-    )
-    .await?;
+    let store = support::join(&url, "host-a").await?;
     let host = Host::builder()
         .store(store)
         .register(Gated {
@@ -468,11 +460,7 @@ async fn timers_and_children_cross_hosts() -> anyhow::Result<()> {
     let url = support::database("children").await;
     let mut hosts = Vec::new();
     for name in ["host-a", "host-b", "host-c"] {
-        let store = PgStore::join(
-            &url,
-            ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
-        )
-        .await?;
+        let store = support::join(&url, name).await?;
         hosts.push(
             Host::builder()
                 .store(store)

@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use reel::{Ctx, Error, Host, RunFilter, RunStatus, StatusKind, Workflow};
-use reel_postgres::{ClusterConfig, PgStore, partition_of};
+use reel_postgres::partition_of;
 
 /// A step, a signal, a step; the steps name the host that ran them.
 #[derive(Clone)]
@@ -39,11 +39,7 @@ impl Workflow for Gate {
 }
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
-    let store = PgStore::join(
-        url,
-        ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
-    )
-    .await?;
+    let store = support::join(url, name).await?;
     Ok(Host::builder()
         .store(store)
         .register(Gate {

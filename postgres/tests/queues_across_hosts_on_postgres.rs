@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use reel::testing::TestClock;
 use reel::{Ctx, Error, Host, QueueOptions, RunStatus, StartOptions, Workflow};
-use reel_postgres::{ClusterConfig, PgStore, partition_of};
+use reel_postgres::partition_of;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -73,11 +73,7 @@ async fn host(
     queue: QueueOptions,
     clock: Option<&TestClock>,
 ) -> anyhow::Result<Host> {
-    let store = PgStore::join(
-        url,
-        ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
-    )
-    .await?;
+    let store = support::join(url, name).await?;
     let mut builder = Host::builder()
         .store(store)
         .register(Job {

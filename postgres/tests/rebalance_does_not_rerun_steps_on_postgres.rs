@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reel::{Ctx, Host, Workflow};
-use reel_postgres::{ClusterConfig, PgStore};
 
 /// Each step execution: idempotency key -> the hosts that ran it.
 type Executions = Arc<Mutex<HashMap<String, Vec<String>>>>;
@@ -58,11 +57,7 @@ impl Workflow for Ticker {
 }
 
 async fn host(url: &str, name: &str, executions: &Executions) -> anyhow::Result<Host> {
-    let store = PgStore::join(
-        url,
-        ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
-    )
-    .await?;
+    let store = support::join(url, name).await?;
     Ok(Host::builder()
         .store(store)
         .register(Ticker {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reel::testing::TestClock;
 use reel::{CatchUp, Ctx, Host, RunStatus, ScheduleSpec, Workflow};
-use reel_postgres::{ClusterConfig, PgStore, partition_of};
+use reel_postgres::partition_of;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -43,11 +43,7 @@ impl Workflow for Tick {
 }
 
 async fn host(url: &str, name: &str, clock: &TestClock, fired: &Fired) -> anyhow::Result<Host> {
-    let store = PgStore::join(
-        url,
-        ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
-    )
-    .await?;
+    let store = support::join(url, name).await?;
     Ok(Host::builder()
         .store(store)
         .clock(clock.clone())

@@ -20,14 +20,10 @@ use std::time::Duration;
 
 use cart::{Cart, received};
 use reel::{Ctx, Host, Workflow};
-use reel_postgres::{ClusterConfig, PgStore, partition_of};
+use reel_postgres::partition_of;
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
-    let store = PgStore::join(
-        url,
-        ClusterConfig::new(name).lease_ttl(Duration::from_millis(1500)),
-    )
-    .await?;
+    let store = support::join(url, name).await?;
     Ok(Host::builder()
         .store(store)
         .register(Cart)

@@ -314,3 +314,16 @@ pub async fn spread_leases(url: &str, prefix: &str, hosts: usize, min_each: i64)
     let _ = task.await;
     owners
 }
+
+/// The lease the cluster tests give their hosts: short, so a host that stops is
+/// replaced within seconds.
+pub const TEST_LEASE: Duration = Duration::from_millis(1500);
+
+/// Joins the database at `url` as the host `name`, with [`TEST_LEASE`].
+pub async fn join(url: &str, name: &str) -> anyhow::Result<std::sync::Arc<reel_postgres::PgStore>> {
+    Ok(reel_postgres::PgStore::join(
+        url,
+        reel_postgres::ClusterConfig::new(name).lease_ttl(TEST_LEASE),
+    )
+    .await?)
+}
