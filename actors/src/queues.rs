@@ -96,6 +96,15 @@ impl Queue {
             self.key_of.insert(run.clone(), key.clone());
         }
     }
+
+    /// Whether the queue knows the run already: it waits, runs, waits for a retry
+    /// of its admission, or holds a key (a start of it is under way).
+    fn knows(&self, run_id: &str) -> bool {
+        self.places.contains_key(run_id)
+            || self.running.contains(run_id)
+            || self.aside.contains(run_id)
+            || self.key_of.contains_key(run_id)
+    }
 }
 
 impl Queues {
@@ -207,7 +216,10 @@ impl Queues {
     }
 
     /// Reserves a place for `run_id` before its first write: checks the queue and
-    /// the de-duplication key, holds the key, and gives the run its order.
+    /// the de-duplication key, holds the key, and gives the run its order. A run
+    /// the queue knows already keeps the key it holds: a repeated start of it
+    /// changes nothing, and its write, which finds the run, is answered so
+    /// ([`Queues::created`] settles the key of a start that did create it).
     ///
     /// # Errors
     /// [`ActorError::UnknownQueue`]; [`ActorError::Deduplicated`] when another run
@@ -232,8 +244,9 @@ impl Queues {
                 run_id: holder.to_string(),
             });
         }
-        let run: Arc<str> = Arc::from(run_id);
-        q.hold_key(&run, dedup_key);
+        if !q.knows(run_id) {
+            q.hold_key(&Arc::from(run_id), dedup_key);
+        }
         let order = q.next_order;
         q.next_order += 1;
         Ok(order)
@@ -244,8 +257,23 @@ impl Queues {
         if let Some(q) = self.lock().get_mut(queue)
             && !q.places.contains_key(run_id)
             && !q.running.contains(run_id)
+            && !q.aside.contains(run_id)
         {
             q.forget_key(run_id);
+        }
+    }
+
+    /// The write of a reservation created the run: the key it holds is the one
+    /// its record names (a start of the same id racing it may have reserved
+    /// first, with another key or none). Nothing once the run has ended.
+    pub(crate) fn created(&self, queue: &str, run_id: &str, dedup_key: Option<&String>) {
+        if let Some(q) = self.lock().get_mut(queue)
+            && (q.places.contains_key(run_id)
+                || q.running.contains(run_id)
+                || q.aside.contains(run_id))
+        {
+            q.forget_key(run_id);
+            q.hold_key(&Arc::from(run_id), dedup_key);
         }
     }
 

@@ -91,7 +91,9 @@ impl Core {
                     return Err(ActorError::Deduplicated { queue, key, run_id });
                 }
             }
-        } else if !matches!(created, Ok(Started::Created)) {
+        } else if matches!(created, Ok(Started::Created)) {
+            self.queues.created(&queue, run_id, key.as_ref());
+        } else {
             self.queues.unreserve(&queue, run_id);
         }
         created
