@@ -7,7 +7,8 @@
 //! grace has passed, or the cancel is hard, or the run cannot execute (parked,
 //! paused, its workflow no longer registered), the execution is dropped and `RunCancelled`
 //! appended at once. A run's own deadline (`@run-deadline`, from its start options)
-//! asks for a graceful cancel when it passes. Unfinished children that the run waits
+//! asks for a graceful cancel when it passes, or, for a run that cannot execute
+//! (still waiting on its queue, parked, paused), cancels it at once. Unfinished children that the run waits
 //! on are cancelled the same way; detached children are not.
 
 use std::time::Duration;
@@ -34,12 +35,7 @@ impl RunActor {
         if self.meta.state.is_finished() {
             return Err(ActorError::RunFinished(self.run_id.to_string()));
         }
-        let runnable = self.engine.is_ok()
-            && !matches!(
-                self.meta.state,
-                RunState::Parked { .. } | RunState::Paused { .. } | RunState::Enqueued
-            );
-        if hard || !runnable || self.options.cancel_grace.is_zero() {
+        if hard || !self.runnable() || self.options.cancel_grace.is_zero() {
             return self.cancel_hard(reason, ctx).await;
         }
         if self.cancel_requested().is_some() {
@@ -50,6 +46,16 @@ impl RunActor {
         }
         self.request_cancel(reason, Vec::new(), Vec::new(), ctx)
             .await
+    }
+
+    /// Whether the run can execute a graceful cancel's cleanup: not parked, paused
+    /// or waiting on its queue, and its workflow registered.
+    fn runnable(&self) -> bool {
+        self.engine.is_ok()
+            && !matches!(
+                self.meta.state,
+                RunState::Parked { .. } | RunState::Paused { .. } | RunState::Enqueued
+            )
     }
 
     /// The reason of the cancel request in the log, if there is one.
@@ -159,8 +165,9 @@ impl RunActor {
                 let reason =
                     format!("deadline exceeded: the run did not finish within {timeout:?}");
                 tracing::info!(run_id = %self.run_id, %reason, "reel: run deadline passed");
-                if self.is_paused() {
-                    // A paused run cannot clean up: it ends now, as for any cancel.
+                if !self.runnable() {
+                    // A run that cannot execute (paused, parked, still waiting on
+                    // its queue) cannot clean up: it ends now, as for any cancel.
                     return self.cancel_hard(reason, ctx).await;
                 }
                 self.request_cancel(reason, fired, vec![entry], ctx).await
