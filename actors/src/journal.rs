@@ -96,6 +96,14 @@ pub(crate) const RUN_DEADLINE: &str = "@run-deadline";
 /// The timer id of the grace a cancelled run's cleanup gets before a hard cancel.
 pub(crate) const CANCEL_DEADLINE: &str = "@cancel-deadline";
 
+/// Whether a timer is one of the host's deadlines ([`RUN_DEADLINE`],
+/// [`CANCEL_DEADLINE`]) rather than one of the handler's. By the exact id: a
+/// handler's timer ids are positional (`timer#2`) or a step's retry
+/// (`name/retry1`), whatever the step's name starts with.
+pub(crate) fn is_host_timer(timer_id: &str) -> bool {
+    timer_id == RUN_DEADLINE || timer_id == CANCEL_DEADLINE
+}
+
 /// The answer to an append made through a [`Journal`]: resolves when the write has
 /// landed (fsynced, for a durable one), and then advances the journal's durable
 /// mark so the live execution sees the new events.

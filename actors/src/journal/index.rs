@@ -3,6 +3,8 @@
 //! the log grows, so that a wake-up costs a lookup and not a scan of every timer,
 //! signal and child the run has already finished with.
 
+use std::collections::BTreeSet;
+
 use foldhash::HashSet;
 
 use reel_storage::{Event, TimerEntry};
@@ -41,6 +43,12 @@ pub(crate) fn timer_key(event: &Event) -> Option<(u64, String)> {
 pub(crate) struct LogIndex {
     /// Timers created, with their due times.
     created: HashSet<(u64, String)>,
+    /// Timers created that have neither fired nor been cancelled, by due time and
+    /// then creation order: what a wake-up looks at does not grow with the timers
+    /// that are over.
+    pending: BTreeSet<(u64, u64, String)>,
+    /// Timers created so far (the creation order of the next one).
+    timers_created: u64,
     /// Children called (wait id, child run id).
     children: HashSet<(String, String)>,
     fired: HashSet<String>,
@@ -65,6 +73,11 @@ impl LogIndex {
     pub(crate) fn note_all<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) {
         for e in events {
             if let Some(key) = timer_key(e) {
+                if !self.fired.contains(&key.1) && !self.cancelled.contains(&key.1) {
+                    self.pending
+                        .insert((key.0, self.timers_created, key.1.clone()));
+                }
+                self.timers_created += 1;
                 self.created.insert(key);
             }
             match e {
@@ -75,9 +88,11 @@ impl LogIndex {
                     self.cancel_reason = Some(reason.clone());
                 }
                 Event::TimerFired { id } => {
+                    self.pending.retain(|(_, _, p)| p != id);
                     self.fired.insert(id.clone());
                 }
                 Event::TimerCancelled { id } => {
+                    self.pending.retain(|(_, _, p)| p != id);
                     self.cancelled.insert(id.clone());
                 }
                 Event::SignalReceived { signal_id, .. } => {
@@ -108,20 +123,25 @@ impl LogIndex {
     }
 
     /// The segment's timers that have neither fired nor been cancelled, in
-    /// due-time order.
+    /// due-time order (ties in creation order).
     pub(crate) fn pending_timers(&self, run_id: &str) -> Vec<TimerEntry> {
-        let mut pending: Vec<TimerEntry> = self
-            .created
+        self.pending
             .iter()
-            .filter(|(_, id)| !self.fired.contains(id) && !self.cancelled.contains(id))
-            .map(|(fire_at, id)| TimerEntry {
+            .map(|(fire_at, _, id)| TimerEntry {
                 fire_at: *fire_at,
                 run_id: run_id.to_owned(),
                 timer_id: id.clone(),
             })
-            .collect();
-        pending.sort();
-        pending
+            .collect()
+    }
+
+    /// The ids and due times of the pending timers due at `now_ms` or earlier, in
+    /// due-time order (ties in creation order), the host's deadlines included.
+    pub(crate) fn due_timers(&self, now_ms: u64) -> impl Iterator<Item = (u64, &str)> {
+        self.pending
+            .iter()
+            .take_while(move |(at, _, _)| *at <= now_ms)
+            .map(|(at, _, id)| (*at, id.as_str()))
     }
 
     /// The run ids of the children the segment waits on that have not ended
@@ -258,6 +278,9 @@ mod tests {
             pending,
             [(10, "timer#1".to_owned()), (20, "timer#2".to_owned())]
         );
+        let due = |now| index.due_timers(now).collect::<Vec<_>>();
+        assert_eq!(due(15), [(10, "timer#1")]);
+        assert_eq!(due(30), [(10, "timer#1"), (20, "timer#2")]);
         assert_eq!(index.unfinished_children(), ["a", "b"]);
         assert_eq!(index.cancel_reason(), Some("first"));
     }

@@ -1,13 +1,18 @@
 //! What a run actor does with each thing that wakes its run: a signal, a timer, a
 //! child's end or start, a cancel request. Each is appended to the log (once: a
 //! redelivery whose first answer was lost appends nothing) and reaches the live
-//! execution through the journal.
+//! execution through the journal. The handler's timers that are due by then are
+//! recorded first, in due order: a signal, a child's end or a timer delivered now
+//! comes after every timer that came due before it, whichever order the timer
+//! service's deliveries arrive in, and also when the timers came due while no
+//! host ran.
 
 use kameo::message::Context;
-use reel_storage::Event;
+use reel_storage::{Event, TimerEntry};
 
 use super::RunActor;
 use crate::error::ActorError;
+use crate::journal::is_host_timer;
 use crate::message::Delivery;
 
 impl RunActor {
@@ -33,17 +38,15 @@ impl RunActor {
                     self.begin(&me, false).await;
                     return Ok(());
                 }
-                self.append_wake(
-                    vec![Event::SignalReceived {
-                        name,
-                        signal_id,
-                        payload,
-                    }],
-                    Vec::new(),
-                )
-                .await?;
+                let (mut events, remove) = self.due_timers(None);
+                events.push(Event::SignalReceived {
+                    name,
+                    signal_id,
+                    payload,
+                });
+                self.append_wake(events, remove).await?;
             }
-            Delivery::Timer(entry) if entry.timer_id.starts_with('@') => {
+            Delivery::Timer(entry) if is_host_timer(&entry.timer_id) => {
                 return self.deadline_due(entry, ctx).await;
             }
             Delivery::Timer(entry) => {
@@ -68,9 +71,8 @@ impl RunActor {
                     }
                     return Ok(());
                 }
-                let id = entry.timer_id.clone();
-                self.append_wake(vec![Event::TimerFired { id }], vec![entry])
-                    .await?;
+                let (events, remove) = self.due_timers(Some(entry));
+                self.append_wake(events, remove).await?;
             }
             Delivery::ChildDone {
                 wait_id,
@@ -89,7 +91,9 @@ impl RunActor {
                     self.begin(&me, false).await;
                     return Ok(());
                 }
-                self.append_wake(vec![event], Vec::new()).await?;
+                let (mut events, remove) = self.due_timers(None);
+                events.push(event);
+                self.append_wake(events, remove).await?;
             }
             Delivery::ChildDetached {
                 wait_id,
@@ -105,7 +109,9 @@ impl RunActor {
                     self.begin(&me, false).await;
                     return Ok(());
                 }
-                self.append_wake(vec![event], Vec::new()).await?;
+                let (mut events, remove) = self.due_timers(None);
+                events.push(event);
+                self.append_wake(events, remove).await?;
             }
             Delivery::Cancel { reason, hard } => {
                 return self.cancel(reason, hard, ctx).await;
@@ -115,6 +121,36 @@ impl RunActor {
         self.suspended = false;
         self.begin(&me, false).await;
         Ok(())
+    }
+
+    /// `TimerFired` for each of the handler's timers due by now (and `firing`, the
+    /// timer being delivered, due or not), in due order (ties in creation order),
+    /// with their timer-index entries to remove in the same append. The host's
+    /// deadlines are left to their own deliveries: they cancel, not fire.
+    fn due_timers(&self, firing: Option<TimerEntry>) -> (Vec<Event>, Vec<TimerEntry>) {
+        let now = self.options.clock.now_ms();
+        let mut due: Vec<TimerEntry> = self.journal.with_index(|i| {
+            i.due_timers(now)
+                .filter(|(_, id)| !is_host_timer(id))
+                .map(|(fire_at, id)| TimerEntry {
+                    fire_at,
+                    run_id: self.run_id.to_string(),
+                    timer_id: id.to_owned(),
+                })
+                .collect()
+        });
+        if let Some(t) = firing
+            && !due.iter().any(|d| d.timer_id == t.timer_id)
+        {
+            due.push(t);
+        }
+        let fired = due
+            .iter()
+            .map(|t| Event::TimerFired {
+                id: t.timer_id.clone(),
+            })
+            .collect();
+        (fired, due)
     }
 
     /// Whether the log already holds news of a child for this wait id (a child's

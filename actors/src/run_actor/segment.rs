@@ -22,7 +22,7 @@ use reel_storage::{Event, Payload, RunState, TimerEntry};
 
 use super::RunActor;
 use crate::error::ActorError;
-use crate::journal::Journal;
+use crate::journal::{Journal, is_host_timer};
 
 /// What the new segment begins with, taken from the old one.
 struct Carried {
@@ -122,7 +122,7 @@ impl RunActor {
             .journal
             .with_index(|i| i.pending_timers(&self.run_id))
             .into_iter()
-            .partition(|t| t.timer_id.starts_with('@'));
+            .partition(|t| is_host_timer(&t.timer_id));
         self.journal.with_events(|h, t| {
             let mut events: Vec<Event> = deadlines
                 .into_iter()
