@@ -380,7 +380,10 @@ impl RunActor {
 
     /// Appends the run's last events with its final state, clears its timers, tells
     /// waiters and parents, and stops the actor. The journal is closed first, so no
-    /// event of the execution can follow the last one.
+    /// event of the execution can follow the last one. A run that completes or
+    /// fails asks the children it waits on and that have not ended to cancel
+    /// (Temporal's default parent-close policy; a cancelled run has asked them
+    /// already); detached children go on.
     async fn finish(
         &mut self,
         events: Vec<Event>,
@@ -388,6 +391,15 @@ impl RunActor {
         ctx: &mut Context<Self, impl kameo::reply::Reply>,
     ) -> Result<(), ActorError> {
         self.journal.close();
+        let closing = match &state {
+            RunState::Completed => Some("parent completed"),
+            RunState::Failed { .. } => Some("parent failed"),
+            _ => None,
+        };
+        let children = match closing {
+            Some(_) => self.unfinished_children(),
+            None => Vec::new(),
+        };
         let meta = self.meta_with(state);
         let timers = self.journal.with_index(|i| i.pending_timers(&self.run_id));
         // Handed to waiters and parents, who would otherwise read it back.
@@ -400,6 +412,9 @@ impl RunActor {
             .await?;
         *self.meta = meta;
         self.host.run_finished(&self.meta, output.as_ref());
+        if let Some(reason) = closing {
+            self.cancel_children(children, reason, false);
+        }
         self.retire(ctx).await;
         Ok(())
     }

@@ -30,7 +30,9 @@ impl Ctx {
     /// Starts a child run of workflow `W` (idempotent on `child_run_id`) and waits for
     /// its output. The child is a run like any other; its completion wakes this run,
     /// also across restarts. It is started even if this future is never awaited, and
-    /// cancelled when this run is.
+    /// asked to cancel when this run is cancelled, continues as new, completes or
+    /// fails before it ended (Temporal's default parent-close policy; a child that
+    /// must outlive its parent is started with [`Ctx::start_child`]).
     ///
     /// # Errors
     /// The child's own error if it failed ([`Error::Cancelled`] if cancelled, or if

@@ -121,17 +121,24 @@ async fn settle(host: &Host, run_id: &str, hang: Duration) -> Result<Ending, Fai
 }
 
 /// Checks how a run ended against what its case allows: cancelled only if the case
-/// cancels it (a child: if its parent is, or if its parent continued as new while
-/// it ran: the child of an old segment is cancelled), never when its program
-/// completes on a cancel.
+/// cancels it (a child: if its parent is, or if its parent continued as new,
+/// completed or failed while it ran: the parent-close policy cancels it), never
+/// when its program completes on a cancel.
 fn allowed(run_id: &str, ending: &Ending, cancelled: bool, completes: bool) -> Result<(), Failure> {
+    let parent_closed = |reason: &str| {
+        [
+            "parent continued as new",
+            "parent completed",
+            "parent failed",
+        ]
+        .iter()
+        .any(|r| reason.ends_with(r))
+    };
     match ending {
-        Ending::Cancelled(reason) if !cancelled && !reason.ends_with("parent continued as new") => {
-            Err(fail(
-                "run-cancelled",
-                format!("run {run_id} was cancelled ({reason}), but nothing cancelled it"),
-            ))
-        }
+        Ending::Cancelled(reason) if !cancelled && !parent_closed(reason) => Err(fail(
+            "run-cancelled",
+            format!("run {run_id} was cancelled ({reason}), but nothing cancelled it"),
+        )),
         Ending::Cancelled(reason) if completes => Err(fail(
             "cancelled-despite-value",
             format!("run {run_id} ended cancelled ({reason}) though its handler returns a value"),
