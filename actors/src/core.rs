@@ -85,6 +85,10 @@ pub struct Core {
     /// actor is spawned outside it, so deliveries to other runs never wait on a spawn
     /// and concurrent deliveries to one run spawn one actor.
     live: Mutex<HashMap<Arc<str>, LiveCell>>,
+    /// A new run's state as its first write left it, for the actor that activates
+    /// it first: taken by whichever activation comes first (the run's own, or a
+    /// message that reached it before), so a later one reads what is on disk.
+    fresh: Mutex<HashMap<Arc<str>, Preload>>,
     /// Passivates idle run actors after `passivate_after`.
     passivator: Passivator,
     actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,
@@ -274,14 +278,18 @@ impl Core {
         }
         // The run exists once its first write has landed: its activation goes on in
         // a task of its own, which the caller does not wait for (a message sent to
-        // the run meanwhile waits for the same actor). The new actor gets the run as
-        // just written instead of reading it back. An activation refused because the
-        // host is closing leaves the run to recovery by the next host.
+        // the run meanwhile waits for the same actor). The actor that activates the
+        // run first, this one or a message's that came first, gets the run as just
+        // written instead of reading it back; one activated after that actor stopped
+        // reads the store. An activation refused because the host is closing leaves
+        // the run to recovery by the next host.
+        self.stash_fresh(&run_id, Box::new((meta_copy, events_copy)));
         tokio::spawn(async move {
             let _permit = permit;
             let _busy = busy;
-            let preload = Some(Box::new((meta_copy, events_copy)));
-            match core.deliver_with(&run_id, Resume, preload).await {
+            let activated = core.deliver(&run_id, Resume).await;
+            core.drop_fresh(&run_id);
+            match activated {
                 Ok(()) | Err(ActorError::Shutdown) => {}
                 Err(e) => {
                     tracing::warn!(run_id, error = %e, "reel: a new run's activation failed; it resumes with its next message or the next host");

@@ -25,12 +25,10 @@ impl Core {
 
     /// The run's actor, spawned if it has none (or a dead one). Its cell is taken or
     /// put in place under the lock, and the actor spawned outside it: the first
-    /// caller spawns, concurrent callers for the same run wait for that actor.
-    pub(super) async fn actor_for(
-        &self,
-        run_id: &str,
-        preload: Option<Preload>,
-    ) -> Result<ActorRef<RunActor>, ActorError> {
+    /// caller spawns, concurrent callers for the same run wait for that actor. A
+    /// spawn takes the run's fresh state ([`Core::stash_fresh`]) if it is still
+    /// there, and reads the run from the store otherwise.
+    pub(super) async fn actor_for(&self, run_id: &str) -> Result<ActorRef<RunActor>, ActorError> {
         let cell = {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             match live.get(run_id) {
@@ -49,6 +47,11 @@ impl Core {
         let actor = cell
             .get_or_try_init(|| {
                 spawned = true;
+                let preload = self
+                    .fresh
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(run_id);
                 // Boxed: spawning is the rare path, and its future (kameo's spawn
                 // under a supervisor) would otherwise make every delivery's future,
                 // which callers hold across awaits, several kilobytes larger.
@@ -66,6 +69,25 @@ impl Core {
             return Err(ActorError::Shutdown);
         }
         Ok(actor)
+    }
+
+    /// Keeps a new run's state as its first write left it for its first
+    /// activation: a message that reaches the run before its own activation
+    /// activates it with this state, and an activation after that actor stopped
+    /// reads the store (the state may be stale by then).
+    pub(crate) fn stash_fresh(&self, run_id: &str, preload: Preload) {
+        self.fresh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(Arc::from(run_id), preload);
+    }
+
+    /// Drops a new run's state if no activation took it (its activation failed).
+    pub(crate) fn drop_fresh(&self, run_id: &str) {
+        self.fresh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
     }
 
     /// Spawns a run actor under the current supervisor.

@@ -47,16 +47,32 @@ impl Core {
         M: Clone + Send + Mailable + 'static,
         RunActor: Message<M, Reply = Result<(), ActorError>>,
     {
-        self.deliver_with(run_id, msg, None).await
+        self.deliver_to(run_id, msg).await
     }
 
-    /// [`Core::deliver`], handing a newly spawned actor the run's state if known.
+    /// [`Core::deliver`] to a run just written, handing the actor that activates
+    /// it first (this delivery's, or one of a message that came first) the run's
+    /// state as written (`preload`) instead of reading it back.
     pub(super) async fn deliver_with<M>(
         &self,
         run_id: &str,
         msg: M,
-        mut preload: Option<Preload>,
+        preload: Option<Preload>,
     ) -> Result<(), ActorError>
+    where
+        M: Clone + Send + Mailable + 'static,
+        RunActor: Message<M, Reply = Result<(), ActorError>>,
+    {
+        let Some(preload) = preload else {
+            return self.deliver_to(run_id, msg).await;
+        };
+        self.stash_fresh(run_id, preload);
+        let delivered = self.deliver_to(run_id, msg).await;
+        self.drop_fresh(run_id);
+        delivered
+    }
+
+    async fn deliver_to<M>(&self, run_id: &str, msg: M) -> Result<(), ActorError>
     where
         M: Clone + Send + Mailable + 'static,
         RunActor: Message<M, Reply = Result<(), ActorError>>,
@@ -69,7 +85,7 @@ impl Core {
             if self.owned_elsewhere(run_id) {
                 return self.post(run_id, msg.mail()).await;
             }
-            let actor = self.actor_for(run_id, preload.take()).await?;
+            let actor = self.actor_for(run_id).await?;
             match ask(&actor, msg.clone()).await {
                 Ok(()) => return Ok(()),
                 Err(SendError::HandlerError(ActorError::Retired)) => {}
