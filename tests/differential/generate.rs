@@ -66,7 +66,9 @@ impl Case {
             run: run.to_owned(),
             root: self.program.clone(),
             complete_on_cancel: self.complete_on_cancel,
-            biased_races: self.cancel_at.is_some(),
+            biased_races: self.cancel_at.is_some()
+                || self.program.has_instant()
+                || self.prologue.as_ref().is_some_and(Node::has_instant),
             segments: self.segments,
             segment: 0,
             before: Vec::new(),

@@ -154,7 +154,11 @@ pub(crate) struct Program {
     /// `race` polls its branches in order. Set when the run may be cancelled: a
     /// cancel makes every pending wait ready at once, and a refused call is ready
     /// at its first poll, so a random `select!` would pick its branch at random
-    /// (the handler, not reel, would be nondeterministic).
+    /// (the handler, not reel, would be nondeterministic). Also set when the
+    /// program holds a node that is ready at its first poll ([`Node::has_instant`]):
+    /// two branches going on past one in the same poll would make their next
+    /// calls in the random order of an unbiased `select!` (README, "Determinism
+    /// rules": calls made in one poll must be made in the same order on replay).
     pub(crate) biased_races: bool,
     /// How many times the run continues as new: at the end of `root` (or at a
     /// [`Node::ContinueAsNew`] in it) while `segment < segments`.
@@ -201,6 +205,23 @@ pub(crate) fn child_runs(node: &Node, run_id: &str, path: &str, out: &mut Vec<(S
         // Cleanups have no children.
         Node::Guard { body, .. } => child_runs(body, run_id, &format!("{path}.0"), out),
         _ => {}
+    }
+}
+
+impl Node {
+    /// Whether the program (its children's included) holds a node that is ready at
+    /// its first poll (`is_cancelled`, `patched`, `publish`).
+    pub(crate) fn has_instant(&self) -> bool {
+        match self {
+            Node::IsCancelled | Node::Patched { .. } | Node::Publish { .. } => true,
+            Node::Seq(xs) | Node::Join(xs) | Node::Unordered(xs) | Node::Select(xs) => {
+                xs.iter().any(Node::has_instant)
+            }
+            Node::Race(a, b) => a.has_instant() || b.has_instant(),
+            Node::Guard { body, cleanup, .. } => body.has_instant() || cleanup.has_instant(),
+            Node::Child { program, .. } => program.has_instant(),
+            _ => false,
+        }
     }
 }
 
