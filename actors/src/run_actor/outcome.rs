@@ -1,6 +1,7 @@
 //! What the actor does with an execution's outcome ([`ExecReport`]): record the
-//! run's end (completed, failed, cancelled, continued as new), a suspension, a
-//! park; begin again after a pause; crash (the supervisor restarts the run from
+//! run's end (completed, failed, cancelled, continued as new; not while paused: a
+//! run paused as its handler returned reaches that end again once resumed), a
+//! suspension, a park; begin again after a pause; crash (the supervisor restarts the run from
 //! disk) when the handler panicked or the end could not be recorded; stop quietly
 //! when another host owns the run now (waking that host) or once a run handed back
 //! has wound down.
@@ -22,6 +23,24 @@ impl Message<ExecReport> for RunActor {
         let me = ctx.actor_ref().clone();
         if !matches!(done.outcome, Outcome::Suspended { .. }) {
             self.exec = None;
+        }
+        let ends = matches!(
+            done.outcome,
+            Outcome::Completed(_)
+                | Outcome::Failed(_)
+                | Outcome::Cancelled(_)
+                | Outcome::ContinuedAsNew { .. }
+        );
+        if ends && self.is_paused() {
+            // Paused after the handler returned but before its end was recorded: a
+            // paused run records nothing. Resumed, it executes again from its log
+            // and reaches the same end.
+            if self.leaving {
+                self.retire(ctx).await;
+            } else {
+                self.settle(&me);
+            }
+            return;
         }
         let result = match done.outcome {
             Outcome::Completed(output) => {
