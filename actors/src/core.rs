@@ -157,7 +157,8 @@ impl Core {
     /// A `deadline` (ms since the epoch) asks the run to cancel when it passes.
     ///
     /// # Errors
-    /// [`ActorError::NotRegistered`] for an unknown workflow or version,
+    /// [`ActorError::NotRegistered`] for an unknown workflow or version of a run that
+    /// does not exist yet,
     /// [`ActorError::RunExists`] when another workflow has the id, storage errors.
     pub async fn start(
         &self,
@@ -170,7 +171,15 @@ impl Core {
     ) -> Result<Started, ActorError> {
         self.check_open()?;
         check_run_id(run_id)?;
-        self.check_registered(workflow, version)?;
+        if let Err(e) = self.check_registered(workflow, version) {
+            // A run that exists is answered as such whatever this host registers (a
+            // parent replaying its call of a child whose version is gone: the child
+            // parks on activation, and the parent keeps waiting for it).
+            if self.meta(run_id).await?.is_none() {
+                return Err(e);
+            }
+            return Box::pin(self.start_existing(run_id, workflow)).await;
+        }
         let (meta, events) = self.new_run(workflow, version, run_id, input, parent, deadline);
         self.create(meta, events).await
     }
