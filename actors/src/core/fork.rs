@@ -184,6 +184,7 @@ impl Core {
             }
             Err(e) => return Err(e.into()),
         }
+        metrics::counter!(reel_storage::metrics::RUNS_STARTED).increment(1);
         tracing::info!(run_id, at_seq, fork = new_run_id, "reel: run forked");
         self.schedule_timers(timers);
         self.deliver_with(new_run_id, Resume, Some(Box::new((forked, prefix))))
