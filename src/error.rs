@@ -74,7 +74,8 @@ pub enum Error {
     #[error("the host is shut down")]
     Shutdown,
     /// An argument is out of range or malformed (a page size of 0, a cursor
-    /// string that is not one); the message says which and why.
+    /// string that is not one, a run id that is empty, longer than 512 bytes or
+    /// holds a NUL); the message says which and why.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The run is in a state that does not allow the action (pause a finished run,
@@ -300,6 +301,8 @@ impl From<StorageError> for Error {
             StorageError::Locked { path } => Error::StoreLocked { path },
             // Only a host that shut down closes its store.
             StorageError::Closed => Error::Shutdown,
+            // A malformed id is the caller's input, not a failure of the store.
+            e @ StorageError::InvalidRunId(_) => Error::InvalidArgument(e.to_string()),
             e => Error::Storage(e.to_string()),
         }
     }

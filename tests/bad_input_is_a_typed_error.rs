@@ -83,7 +83,7 @@ async fn bad_input_gets_typed_errors() -> anyhow::Result<()> {
     }
     assert!(matches!(
         host.start::<Echo>("", "x".into()).await,
-        Err(Error::Storage(_))
+        Err(Error::InvalidArgument(_))
     ));
 
     let ghost = host.handle::<Echo>("ghost");

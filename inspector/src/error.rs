@@ -37,7 +37,9 @@ impl From<reel::Error> for ApiError {
             E::InvalidState { .. } | E::RunFinished(_) | E::RunExists { .. } => {
                 StatusCode::CONFLICT
             }
-            E::InvalidCut { .. } => StatusCode::CONFLICT,
+            // The run's code is not registered on this host: its state, not the
+            // request, is what stands in the way.
+            E::InvalidCut { .. } | E::VersionMismatch { .. } => StatusCode::CONFLICT,
             E::InvalidArgument(_)
             | E::ReservedName(_)
             | E::Codec(_)
