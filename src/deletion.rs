@@ -26,8 +26,10 @@ impl Host {
     /// ([`HostBuilder::retention`](crate::HostBuilder::retention)) now: deletes the
     /// finished runs that ended longer ago than the policy keeps them, at most
     /// [`Retention::per_pass`](crate::Retention) of each kind of end (call again to
-    /// go on). Returns how many runs it deleted. The background pass does the same
-    /// every [`Retention::every`](crate::Retention).
+    /// go on). Returns how many runs it deleted: fewer than `per_pass` of a kind
+    /// only when no more of that kind are due, so calling again until it returns
+    /// 0 leaves none behind. The background pass does the same every
+    /// [`Retention::every`](crate::Retention).
     ///
     /// # Errors
     /// [`Error::Storage`](crate::Error::Storage), [`Error::Shutdown`](crate::Error::Shutdown).

@@ -56,8 +56,11 @@ impl Core {
 
     /// One pass of the host's retention policy ([`CoreOptions::retention`]):
     /// deletes the runs that ended longer ago than it keeps them (as of `now_ms`),
-    /// examining at most `per_pass` runs of each kind of end. Returns how many it
-    /// deleted.
+    /// at most `per_pass` of each kind of end. Returns how many it deleted: fewer
+    /// than `per_pass` of a kind only when no more of that kind are due, so a
+    /// caller that calls again until it gets 0 leaves none behind. A pass goes on
+    /// through the listing (by creation time) from where the last one stopped, past
+    /// runs created before the cutoff that ended after it, and once round.
     ///
     /// # Errors
     /// Storage errors; a run deleted or changed meanwhile is skipped.
@@ -67,43 +70,57 @@ impl Core {
         for (kind, keep) in policy.kept() {
             let Some(keep) = keep else { continue };
             let cutoff = now_ms.saturating_sub(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX));
-            let after = self
+            let mut after = self
                 .retention_cursors
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&kind)
                 .cloned();
-            // A run ends after it starts: one started after the cutoff ended after it.
-            let page = self
-                .list_page(RunQuery {
-                    status: Some(vec![kind]),
-                    created_before: Some(cutoff.saturating_add(1)),
-                    limit: policy.per_pass,
-                    after,
-                    newest_first: false,
-                    ..RunQuery::default()
-                })
-                .await?;
+            // Started mid-listing: once its end is reached, the pass goes round to
+            // the start (the runs before the cursor may have come due since).
+            let mut wrap = after.is_some();
+            let mut of_kind = 0;
+            while of_kind < policy.per_pass {
+                // A run ends after it starts: one started after the cutoff ended after it.
+                let page = self
+                    .list_page(RunQuery {
+                        status: Some(vec![kind]),
+                        created_before: Some(cutoff.saturating_add(1)),
+                        limit: policy.per_pass,
+                        after: after.take(),
+                        newest_first: false,
+                        ..RunQuery::default()
+                    })
+                    .await?;
+                for meta in page.items {
+                    if of_kind == policy.per_pass {
+                        break;
+                    }
+                    if meta.updated_at > cutoff || !meta.state.is_finished() {
+                        continue;
+                    }
+                    match self.delete(&meta.run_id).await {
+                        Ok(()) => of_kind += 1,
+                        Err(ActorError::UnknownRun(_) | ActorError::InvalidState { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                after = page.next;
+                if after.is_none() && !std::mem::take(&mut wrap) {
+                    break;
+                }
+            }
             {
                 let mut cursors = self
                     .retention_cursors
                     .lock()
                     .unwrap_or_else(|p| p.into_inner());
-                match &page.next {
-                    Some(next) => cursors.insert(kind, next.clone()),
+                match after {
+                    Some(next) => cursors.insert(kind, next),
                     None => cursors.remove(&kind),
                 };
             }
-            for meta in page.items {
-                if meta.updated_at > cutoff || !meta.state.is_finished() {
-                    continue;
-                }
-                match self.delete(&meta.run_id).await {
-                    Ok(()) => deleted += 1,
-                    Err(ActorError::UnknownRun(_) | ActorError::InvalidState { .. }) => {}
-                    Err(e) => return Err(e),
-                }
-            }
+            deleted += of_kind;
         }
         Ok(deleted)
     }
