@@ -141,7 +141,9 @@ impl ScheduleSpec {
     }
 
     /// Delays each firing by up to `max`: the delay of a firing is derived from
-    /// the schedule id and its fire time, so it is the same after a restart.
+    /// the schedule id and its fire time, so it is the same after a restart. A
+    /// delay never reaches the next fire time (it is capped below the interval, as
+    /// Temporal caps it), so a jitter wider than the interval drops no firing.
     pub fn jitter(mut self, max: Duration) -> ScheduleSpec {
         self.jitter_ms = millis(max);
         self

@@ -159,8 +159,15 @@ struct Firing<'a> {
 }
 
 impl Firing<'_> {
+    /// The firing's jitter, capped below the gap to the next fire time (Temporal
+    /// caps it at the interval): a firing held past the next one would count as
+    /// missed, and the catch-up policy would drop it.
     fn jitter(&self, id: &str, at: u64) -> u64 {
-        jitter(id, at, self.spec.jitter_ms)
+        let gap = self
+            .timing
+            .next_after(at)
+            .map_or(u64::MAX, |next| next.saturating_sub(at).saturating_sub(1));
+        jitter(id, at, self.spec.jitter_ms.min(gap))
     }
 
     async fn handle(

@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, TimeZone};
+use chrono::{DateTime, Offset, TimeZone};
 use chrono_tz::Tz;
 use croner::Cron;
 
@@ -48,7 +48,7 @@ impl Timing {
         tz.timestamp_millis_opt(i64::try_from(ms).ok()?).single()
     }
 
-    fn ms(t: &DateTime<Tz>) -> Option<u64> {
+    fn ms<Z: TimeZone>(t: &DateTime<Z>) -> Option<u64> {
         u64::try_from(t.timestamp_millis()).ok()
     }
 
@@ -57,10 +57,25 @@ impl Timing {
         match self {
             Timing::Every(every) => (ms / every).checked_add(1)?.checked_mul(*every),
             Timing::Cron(cron, tz) => {
-                let next = cron
-                    .find_next_occurrence(&Timing::at(*tz, ms)?, false)
-                    .ok()?;
-                Timing::ms(&next)
+                let now = Timing::at(*tz, ms)?;
+                let next = Timing::ms(&cron.find_next_occurrence(&now, false).ok()?)?;
+                // When the clocks go back, the repeated wall-clock times are not
+                // found again (cron's wall clock has passed them). A time the old
+                // offset would reach first, and that matches in the zone's real
+                // wall clock, is one of them: an hourly job fires in the repeated
+                // hour too, as crontab runs wildcard-hour jobs; a job at a fixed
+                // hour fires once.
+                let fixed = now.offset().fix();
+                let repeated = cron
+                    .find_next_occurrence(&now.with_timezone(&fixed), false)
+                    .ok()
+                    .and_then(|t| Timing::ms(&t))
+                    .filter(|&t| t > ms && t < next)
+                    .filter(|&t| {
+                        Timing::at(*tz, t)
+                            .is_some_and(|local| cron.is_time_matching(&local).unwrap_or(false))
+                    });
+                Some(repeated.unwrap_or(next))
             }
         }
     }
