@@ -354,10 +354,14 @@ async fn fork_from_each_step_of_a_finished_run_reruns_only_what_follows() -> any
     let at_b = seq(&|e| matches!(e, Event::StepStarted { id, .. } if id == "b"));
     let end = seq(&|e| matches!(e, Event::RunCompleted { .. }));
 
-    // From step b: a is not run again, b and c are; the signal received before
-    // the cut is carried, so no new signal is needed.
+    // From step b: a is not run again, b and c are. A signal received before the
+    // cut is carried; one received after it (the signal raced step b) is not, and
+    // the fork waits for one of its own.
     let signal_seq = seq(&|e| matches!(e, Event::SignalReceived { .. }));
     let fork_b = host.fork("orig", at_b, "fork-b").await?;
+    if signal_seq > at_b {
+        fork_b.signal("more", &100u32, "m1").await?;
+    }
     let got: u32 = within(LIMIT, "fork-b", fork_b.result()).await??;
     assert_eq!(got, 111);
     assert_eq!(three.a.get(), 1);
