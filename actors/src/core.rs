@@ -604,10 +604,13 @@ impl Core {
     pub(crate) fn run_finished(&self, meta: &RunMeta, output: Option<&Payload>) {
         metrics::counter!(reel_storage::metrics::RUNS_ENDED, "status" => meta.state.kind().as_str())
             .increment(1);
-        self.notify_settled(&meta.run_id, meta, output);
+        // The queue lets go of the run (its slot and de-duplication key) before
+        // anyone learns it ended: a caller whose `result()` returned may start
+        // another run with that key at once.
         if let Some(entry) = &meta.queue {
             self.queue_ended(&entry.name, &meta.run_id);
         }
+        self.notify_settled(&meta.run_id, meta, output);
         let subscribers = self.child_subscribers.take(&meta.run_id);
         let parents = meta.parent.iter().cloned().chain(subscribers);
         self.notify_parents(meta, output, parents);
