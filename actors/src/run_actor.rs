@@ -452,7 +452,7 @@ impl RunActor {
 
     /// Warns once per actor when the segment has grown past
     /// `CoreOptions::long_log_events`: every wake-up replays all of it.
-    fn warn_if_long(&mut self) {
+    pub(super) fn warn_if_long(&mut self) {
         let events = self.journal.len();
         if self.log_warned || events <= self.options.long_log_events {
             return;

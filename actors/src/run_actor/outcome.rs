@@ -1,6 +1,6 @@
 //! What the actor does with an execution's outcome ([`ExecReport`]): record the
-//! run's end (completed, failed, cancelled, continued as new; not while paused: a
-//! run paused as its handler returned reaches that end again once resumed), a
+//! run's end (completed, failed, cancelled; not while paused: a run paused as its
+//! handler returned reaches that end again once resumed), continue as new, a
 //! suspension, a park; begin again after a pause; crash (the supervisor restarts the run from
 //! disk) when the handler panicked or the end could not be recorded; stop quietly
 //! when another host owns the run now (waking that host) or once a run handed back
@@ -24,12 +24,11 @@ impl Message<ExecReport> for RunActor {
         if !matches!(done.outcome, Outcome::Suspended { .. }) {
             self.exec = None;
         }
+        // (A run continuing as new while paused writes its new segment and stays
+        // paused: `continue_as_new`.)
         let ends = matches!(
             done.outcome,
-            Outcome::Completed(_)
-                | Outcome::Failed(_)
-                | Outcome::Cancelled(_)
-                | Outcome::ContinuedAsNew { .. }
+            Outcome::Completed(_) | Outcome::Failed(_) | Outcome::Cancelled(_)
         );
         if ends && self.is_paused() {
             // Paused after the handler returned but before its end was recorded: a
@@ -102,6 +101,9 @@ impl Message<ExecReport> for RunActor {
                     return;
                 }
                 self.suspended = true;
+                // A run that stays live while its segment grows is warned here,
+                // not only when an execution begins.
+                self.warn_if_long();
                 let state = RunState::Suspended {
                     waiting_on,
                     awaits_child,

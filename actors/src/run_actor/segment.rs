@@ -89,6 +89,10 @@ impl RunActor {
         self.journal
             .append_final(events.clone(), meta.clone(), old.remove)
             .await?;
+        // A value the old segment published just before it ended landed with or
+        // before this write, but the execution that would have told its readers
+        // has been dropped: they are told now.
+        self.host.notify_published(&self.run_id);
         tracing::info!(
             run_id = %self.run_id,
             segment = meta.segment,
