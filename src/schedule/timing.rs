@@ -57,27 +57,42 @@ impl Timing {
         match self {
             Timing::Every(every) => (ms / every).checked_add(1)?.checked_mul(*every),
             Timing::Cron(cron, tz) => {
-                let now = Timing::at(*tz, ms)?;
-                let next = Timing::ms(&cron.find_next_occurrence(&now, false).ok()?)?;
-                // When the clocks go back, the repeated wall-clock times are not
-                // found again (cron's wall clock has passed them). A time the old
-                // offset would reach first, and that matches in the zone's real
-                // wall clock, is one of them: an hourly job fires in the repeated
-                // hour too, as crontab runs wildcard-hour jobs; a job at a fixed
-                // hour fires once.
-                let fixed = now.offset().fix();
-                let repeated = cron
-                    .find_next_occurrence(&now.with_timezone(&fixed), false)
-                    .ok()
-                    .and_then(|t| Timing::ms(&t))
-                    .filter(|&t| t > ms && t < next)
-                    .filter(|&t| {
-                        Timing::at(*tz, t)
-                            .is_some_and(|local| cron.is_time_matching(&local).unwrap_or(false))
-                    });
-                Some(repeated.unwrap_or(next))
+                // croner answers the earlier of two equal wall-clock times, so
+                // inside a repeated hour its answer may be at or before `ms`: the
+                // search then starts an hour later (bounded: never a past time).
+                let mut from = ms;
+                for _ in 0..3 {
+                    let t = Timing::cron_next(cron, *tz, from)?;
+                    if t > ms {
+                        return Some(t);
+                    }
+                    from = from.checked_add(3_600_000)?;
+                }
+                None
             }
         }
+    }
+
+    /// croner's next fire time after `ms`, or a time in the hour the clocks
+    /// repeat. When the clocks go back, the repeated wall-clock times are not
+    /// found again (cron's wall clock has passed them). A time the old offset
+    /// would reach first, and that matches in the zone's real wall clock, is one of
+    /// them: an hourly job fires in the repeated hour too, as crontab runs
+    /// wildcard-hour jobs; a job at a fixed hour fires once.
+    fn cron_next(cron: &Cron, tz: Tz, ms: u64) -> Option<u64> {
+        let now = Timing::at(tz, ms)?;
+        let next = Timing::ms(&cron.find_next_occurrence(&now, false).ok()?)?;
+        let fixed = now.offset().fix();
+        let repeated = cron
+            .find_next_occurrence(&now.with_timezone(&fixed), false)
+            .ok()
+            .and_then(|t| Timing::ms(&t))
+            .filter(|&t| t > ms && (t < next || next <= ms))
+            .filter(|&t| {
+                Timing::at(tz, t)
+                    .is_some_and(|local| cron.is_time_matching(&local).unwrap_or(false))
+            });
+        Some(repeated.unwrap_or(next))
     }
 
     /// The last fire time at or before `ms`, if it is at or after `from`.
@@ -137,4 +152,29 @@ pub(super) fn jitter(id: &str, fire_ms: u64, jitter_ms: u64) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h % jitter_ms.saturating_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every quarter hour across New York's fall-back night (2026-11-01, 02:00
+    /// EDT = 06:00Z becomes 01:00 EST): every real quarter hour fires once, in
+    /// order, the repeated hour included.
+    #[test]
+    fn a_quarter_hourly_cron_fires_every_real_quarter_hour_when_clocks_go_back() {
+        let cron = Cron::from_str("*/15 * * * *").expect("cron");
+        let timing = Timing::Cron(Box::new(cron), Tz::America__New_York);
+        let from = 1_793_505_600_000; // 2026-11-01T04:00:00Z, 00:00 EDT
+        let mut at = from;
+        let mut fired = Vec::new();
+        while at < from + 6 * 3_600_000 {
+            let next = timing.next_after(at).expect("a next time");
+            assert!(next > at, "{next} after {at}");
+            fired.push(next);
+            at = next;
+        }
+        let expected: Vec<u64> = (1..=24).map(|k| from + k * 900_000).collect();
+        assert_eq!(fired, expected);
+    }
 }
