@@ -277,14 +277,17 @@ impl Core {
         if elsewhere {
             return Ok(Started::Created);
         }
-        self.schedule_timers(add_timers);
         if let Some(entry) = &meta_copy.queue
             && enqueued
         {
+            self.schedule_timers(add_timers);
             self.queues.enqueued(&run_id, entry);
             self.admit_later(entry.name.clone(), busy);
             return Ok(Started::Created);
         }
+        // Stashed before the run's timers can reach it (see below).
+        self.stash_fresh(&run_id, Box::new((meta_copy, events_copy)));
+        self.schedule_timers(add_timers);
         // The run exists once its first write has landed: its activation goes on in
         // a task of its own, which the caller does not wait for (a message sent to
         // the run meanwhile waits for the same actor). The actor that activates the
@@ -292,7 +295,6 @@ impl Core {
         // written instead of reading it back; one activated after that actor stopped
         // reads the store. An activation refused because the host is closing leaves
         // the run to recovery by the next host.
-        self.stash_fresh(&run_id, Box::new((meta_copy, events_copy)));
         tokio::spawn(async move {
             let _permit = permit;
             let _busy = busy;

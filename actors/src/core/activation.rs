@@ -76,6 +76,12 @@ impl Core {
     /// activates it with this state, and an activation after that actor stopped
     /// reads the store (the state may be stale by then).
     pub(crate) fn stash_fresh(&self, run_id: &str, preload: Preload) {
+        // Under the live lock: a run some message has activated already (its
+        // actor may stop before the run's own activation comes) gets no stash.
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if live.contains_key(run_id) {
+            return;
+        }
         self.fresh
             .lock()
             .unwrap_or_else(|p| p.into_inner())
