@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use foldhash::HashSet;
+use foldhash::{HashMap, HashSet};
 
 use reel_storage::{Event, TimerEntry};
 
@@ -47,6 +47,8 @@ pub(crate) struct LogIndex {
     /// then creation order: what a wake-up looks at does not grow with the timers
     /// that are over.
     pending: BTreeSet<(u64, u64, String)>,
+    /// The key in `pending` of each pending timer id, to remove it by id.
+    pending_keys: HashMap<String, (u64, u64)>,
     /// Timers created so far (the creation order of the next one).
     timers_created: u64,
     /// Children called (wait id, child run id).
@@ -74,8 +76,11 @@ impl LogIndex {
         for e in events {
             if let Some(key) = timer_key(e) {
                 if !self.fired.contains(&key.1) && !self.cancelled.contains(&key.1) {
-                    self.pending
-                        .insert((key.0, self.timers_created, key.1.clone()));
+                    let at = (key.0, self.timers_created);
+                    if let Some((due, order)) = self.pending_keys.insert(key.1.clone(), at) {
+                        self.pending.remove(&(due, order, key.1.clone()));
+                    }
+                    self.pending.insert((at.0, at.1, key.1.clone()));
                 }
                 self.timers_created += 1;
                 self.created.insert(key);
@@ -88,11 +93,11 @@ impl LogIndex {
                     self.cancel_reason = Some(reason.clone());
                 }
                 Event::TimerFired { id } => {
-                    self.pending.retain(|(_, _, p)| p != id);
+                    self.forget_pending(id);
                     self.fired.insert(id.clone());
                 }
                 Event::TimerCancelled { id } => {
-                    self.pending.retain(|(_, _, p)| p != id);
+                    self.forget_pending(id);
                     self.cancelled.insert(id.clone());
                 }
                 Event::SignalReceived { signal_id, .. } => {
@@ -106,6 +111,13 @@ impl LogIndex {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Removes timer `id` from the pending ones (it fired or was cancelled).
+    fn forget_pending(&mut self, id: &str) {
+        if let Some((due, order)) = self.pending_keys.remove(id) {
+            self.pending.remove(&(due, order, id.to_owned()));
         }
     }
 

@@ -126,12 +126,15 @@ impl RunActor {
     /// `TimerFired` for each of the handler's timers due by now (and `firing`, the
     /// timer being delivered, due or not), in due order (ties in creation order),
     /// with their timer-index entries to remove in the same append. The host's
-    /// deadlines are left to their own deliveries: they cancel, not fire.
+    /// deadlines are left to their own deliveries (they cancel, not fire), and
+    /// the sweep stops at the first one due.
     fn due_timers(&self, firing: Option<TimerEntry>) -> (Vec<Event>, Vec<TimerEntry>) {
         let now = self.options.clock.now_ms();
         let mut due: Vec<TimerEntry> = self.journal.with_index(|i| {
+            // Up to the first due host deadline: what came due after it waits for
+            // the deadline's own delivery (which cancels the run).
             i.due_timers(now)
-                .filter(|(_, id)| !is_host_timer(id))
+                .take_while(|(_, id)| !is_host_timer(id))
                 .map(|(fire_at, id)| TimerEntry {
                     fire_at,
                     run_id: self.run_id.to_string(),
