@@ -27,8 +27,9 @@ impl Host {
     /// finished runs that ended longer ago than the policy keeps them, at most
     /// [`Retention::per_pass`](crate::Retention) of each kind of end (call again to
     /// go on). Returns how many runs it deleted: fewer than `per_pass` of a kind
-    /// only when no more of that kind are due, so calling again until it returns
-    /// 0 leaves none behind. The background pass does the same every
+    /// when no more of that kind are due, or when the pass has read eight times
+    /// `per_pass` runs that are not due yet (created before the cutoff, ended
+    /// after it), where the next pass goes on. The background pass does the same every
     /// [`Retention::every`](crate::Retention).
     ///
     /// # Errors

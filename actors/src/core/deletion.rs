@@ -12,6 +12,11 @@ use crate::retention::Retention;
 /// compacts the whole store.
 const RECLAIM_EVERY: Duration = Duration::from_secs(3600);
 
+/// How many times `per_pass` runs of a kind one retention pass examines at most:
+/// runs created before the cutoff that ended after it are read and passed over,
+/// and a service of long-lived runs may hold many of them.
+pub(crate) const RETENTION_EXAMINED: usize = 8;
+
 impl Core {
     /// Deletes a finished run: its log (every segment), metadata and index
     /// entries, in one write. Its children are not deleted. Afterwards the run is
@@ -56,11 +61,13 @@ impl Core {
 
     /// One pass of the host's retention policy ([`CoreOptions::retention`]):
     /// deletes the runs that ended longer ago than it keeps them (as of `now_ms`),
-    /// at most `per_pass` of each kind of end. Returns how many it deleted: fewer
-    /// than `per_pass` of a kind only when no more of that kind are due, so a
-    /// caller that calls again until it gets 0 leaves none behind. A pass goes on
-    /// through the listing (by creation time) from where the last one stopped, past
-    /// runs created before the cutoff that ended after it, and once round.
+    /// at most `per_pass` of each kind of end. A pass goes on through the listing
+    /// (by creation time) from where the last one stopped, past runs created
+    /// before the cutoff that ended after it, once round at most and examining at
+    /// most `RETENTION_EXAMINED` times `per_pass` runs of a kind. Returns how
+    /// many it deleted: fewer than `per_pass` of a kind only when no more of that
+    /// kind are due or the pass examined its most, so a caller that calls again
+    /// until it gets 0 leaves none behind unless that many not yet due lie between.
     ///
     /// # Errors
     /// Storage errors; a run deleted or changed meanwhile is skipped.
@@ -80,7 +87,9 @@ impl Core {
             // the start (the runs before the cursor may have come due since).
             let mut wrap = after.is_some();
             let mut of_kind = 0;
-            while of_kind < policy.per_pass {
+            let mut examined = 0;
+            let most = policy.per_pass.saturating_mul(RETENTION_EXAMINED);
+            while of_kind < policy.per_pass && examined < most {
                 // A run ends after it starts: one started after the cutoff ended after it.
                 let page = self
                     .list_page(RunQuery {
@@ -96,6 +105,7 @@ impl Core {
                     if of_kind == policy.per_pass {
                         break;
                     }
+                    examined += 1;
                     if meta.updated_at > cutoff || !meta.state.is_finished() {
                         continue;
                     }
