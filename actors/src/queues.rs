@@ -97,13 +97,18 @@ impl Queue {
         }
     }
 
-    /// Whether the queue knows the run already: it waits, runs, waits for a retry
-    /// of its admission, or holds a key (a start of it is under way).
-    fn knows(&self, run_id: &str) -> bool {
+    /// Whether the run has a place here: it waits, runs, or waits for a retry of
+    /// its admission.
+    fn holds_place(&self, run_id: &str) -> bool {
         self.places.contains_key(run_id)
             || self.running.contains(run_id)
             || self.aside.contains(run_id)
-            || self.key_of.contains_key(run_id)
+    }
+
+    /// Whether the queue knows the run already: it holds a place, or a key (a
+    /// start of it is under way).
+    fn knows(&self, run_id: &str) -> bool {
+        self.holds_place(run_id) || self.key_of.contains_key(run_id)
     }
 }
 
@@ -255,9 +260,7 @@ impl Queues {
     /// Gives back a reservation whose write did not create the run.
     pub(crate) fn unreserve(&self, queue: &str, run_id: &str) {
         if let Some(q) = self.lock().get_mut(queue)
-            && !q.places.contains_key(run_id)
-            && !q.running.contains(run_id)
-            && !q.aside.contains(run_id)
+            && !q.holds_place(run_id)
         {
             q.forget_key(run_id);
         }
@@ -268,9 +271,7 @@ impl Queues {
     /// first, with another key or none). Nothing once the run has ended.
     pub(crate) fn created(&self, queue: &str, run_id: &str, dedup_key: Option<&String>) {
         if let Some(q) = self.lock().get_mut(queue)
-            && (q.places.contains_key(run_id)
-                || q.running.contains(run_id)
-                || q.aside.contains(run_id))
+            && q.holds_place(run_id)
         {
             q.forget_key(run_id);
             q.hold_key(&Arc::from(run_id), dedup_key);
