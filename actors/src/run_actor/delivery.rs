@@ -38,13 +38,12 @@ impl RunActor {
                     self.begin(&me, false).await;
                     return Ok(());
                 }
-                let (mut events, remove) = self.due_timers(None);
-                events.push(Event::SignalReceived {
+                self.append_after_due(Event::SignalReceived {
                     name,
                     signal_id,
                     payload,
-                });
-                self.append_wake(events, remove).await?;
+                })
+                .await?;
             }
             Delivery::Timer(entry) if is_host_timer(&entry.timer_id) => {
                 return self.deadline_due(entry, ctx).await;
@@ -91,9 +90,7 @@ impl RunActor {
                     self.begin(&me, false).await;
                     return Ok(());
                 }
-                let (mut events, remove) = self.due_timers(None);
-                events.push(event);
-                self.append_wake(events, remove).await?;
+                self.append_after_due(event).await?;
             }
             Delivery::ChildDetached {
                 wait_id,
@@ -109,9 +106,7 @@ impl RunActor {
                     self.begin(&me, false).await;
                     return Ok(());
                 }
-                let (mut events, remove) = self.due_timers(None);
-                events.push(event);
-                self.append_wake(events, remove).await?;
+                self.append_after_due(event).await?;
             }
             Delivery::Cancel { reason, hard } => {
                 return self.cancel(reason, hard, ctx).await;
@@ -121,6 +116,13 @@ impl RunActor {
         self.suspended = false;
         self.begin(&me, false).await;
         Ok(())
+    }
+
+    /// Appends `event` after the handler's timers due by now ([`Self::due_timers`]).
+    async fn append_after_due(&mut self, event: Event) -> Result<(), ActorError> {
+        let (mut events, remove) = self.due_timers(None);
+        events.push(event);
+        self.append_wake(events, remove).await
     }
 
     /// `TimerFired` for each of the handler's timers due by now (and `firing`, the
