@@ -187,7 +187,7 @@ impl Core {
         metrics::counter!(reel_storage::metrics::RUNS_STARTED).increment(1);
         tracing::info!(run_id, at_seq, fork = new_run_id, "reel: run forked");
         self.schedule_timers(timers);
-        self.deliver_with(new_run_id, Resume, Some(Box::new((forked, prefix))))
+        self.deliver_with(new_run_id, Resume, Box::new((forked, prefix)))
             .await
     }
 }

@@ -57,15 +57,12 @@ impl Core {
         &self,
         run_id: &str,
         msg: M,
-        preload: Option<Preload>,
+        preload: Preload,
     ) -> Result<(), ActorError>
     where
         M: Clone + Send + Mailable + 'static,
         RunActor: Message<M, Reply = Result<(), ActorError>>,
     {
-        let Some(preload) = preload else {
-            return self.deliver_to(run_id, msg).await;
-        };
         self.stash_fresh(run_id, preload);
         let delivered = self.deliver_to(run_id, msg).await;
         self.drop_fresh(run_id);
