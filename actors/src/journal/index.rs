@@ -3,7 +3,7 @@
 //! the log grows, so that a wake-up costs a lookup and not a scan of every timer,
 //! signal and child the run has already finished with.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use foldhash::{HashMap, HashSet};
 
@@ -46,7 +46,7 @@ pub(crate) struct LogIndex {
     /// Timers created that have neither fired nor been cancelled, by due time and
     /// then creation order: what a wake-up looks at does not grow with the timers
     /// that are over.
-    pending: BTreeSet<(u64, u64, String)>,
+    pending: BTreeMap<(u64, u64), String>,
     /// The key in `pending` of each pending timer id, to remove it by id.
     pending_keys: HashMap<String, (u64, u64)>,
     /// Timers created so far (the creation order of the next one).
@@ -77,10 +77,10 @@ impl LogIndex {
             if let Some(key) = timer_key(e) {
                 if !self.fired.contains(&key.1) && !self.cancelled.contains(&key.1) {
                     let at = (key.0, self.timers_created);
-                    if let Some((due, order)) = self.pending_keys.insert(key.1.clone(), at) {
-                        self.pending.remove(&(due, order, key.1.clone()));
+                    if let Some(old) = self.pending_keys.insert(key.1.clone(), at) {
+                        self.pending.remove(&old);
                     }
-                    self.pending.insert((at.0, at.1, key.1.clone()));
+                    self.pending.insert(at, key.1.clone());
                 }
                 self.timers_created += 1;
                 self.created.insert(key);
@@ -116,8 +116,8 @@ impl LogIndex {
 
     /// Removes timer `id` from the pending ones (it fired or was cancelled).
     fn forget_pending(&mut self, id: &str) {
-        if let Some((due, order)) = self.pending_keys.remove(id) {
-            self.pending.remove(&(due, order, id.to_owned()));
+        if let Some(at) = self.pending_keys.remove(id) {
+            self.pending.remove(&at);
         }
     }
 
@@ -139,7 +139,7 @@ impl LogIndex {
     pub(crate) fn pending_timers(&self, run_id: &str) -> Vec<TimerEntry> {
         self.pending
             .iter()
-            .map(|(fire_at, _, id)| TimerEntry {
+            .map(|((fire_at, _), id)| TimerEntry {
                 fire_at: *fire_at,
                 run_id: run_id.to_owned(),
                 timer_id: id.clone(),
@@ -152,8 +152,8 @@ impl LogIndex {
     pub(crate) fn due_timers(&self, now_ms: u64) -> impl Iterator<Item = (u64, &str)> {
         self.pending
             .iter()
-            .take_while(move |(at, _, _)| *at <= now_ms)
-            .map(|(at, _, id)| (*at, id.as_str()))
+            .take_while(move |((at, _), _)| *at <= now_ms)
+            .map(|((at, _), id)| (*at, id.as_str()))
     }
 
     /// The run ids of the children the segment waits on that have not ended
