@@ -527,6 +527,7 @@ impl Core {
             Delivery::Cancel {
                 reason: reason.to_owned(),
                 hard,
+                from_parent: None,
             },
         )
         .await

@@ -52,6 +52,9 @@ pub(crate) enum Delivery {
     Cancel {
         reason: String,
         hard: bool,
+        /// The parent asking, when a parent cancels its children: a run started by
+        /// someone else, which that parent only attached to, ignores the request.
+        from_parent: Option<String>,
     },
 }
 
@@ -160,7 +163,15 @@ impl Mailable for Delivery {
                 child,
                 error,
             },
-            Delivery::Cancel { reason, hard } => Mail::Cancel { reason, hard },
+            Delivery::Cancel {
+                reason,
+                hard,
+                from_parent,
+            } => Mail::Cancel {
+                reason,
+                hard,
+                from_parent,
+            },
         })
     }
 }
@@ -196,7 +207,15 @@ impl Delivery {
                 child,
                 error,
             },
-            Mail::Cancel { reason, hard } => Delivery::Cancel { reason, hard },
+            Mail::Cancel {
+                reason,
+                hard,
+                from_parent,
+            } => Delivery::Cancel {
+                reason,
+                hard,
+                from_parent,
+            },
             Mail::Wake { .. } | Mail::Pause { .. } | Mail::Unpause | Mail::Retry => return None,
         })
     }

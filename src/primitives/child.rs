@@ -32,7 +32,9 @@ impl Ctx {
     /// also across restarts. It is started even if this future is never awaited, and
     /// asked to cancel when this run is cancelled, continues as new, completes or
     /// fails before it ended (Temporal's default parent-close policy; a child that
-    /// must outlive its parent is started with [`Ctx::start_child`]).
+    /// must outlive its parent is started with [`Ctx::start_child`]). Called on the
+    /// id of a run this run did not start, it only waits for that run's end, and
+    /// never asks it to cancel.
     ///
     /// # Errors
     /// The child's own error if it failed ([`Error::Cancelled`] if cancelled, or if

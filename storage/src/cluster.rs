@@ -74,6 +74,10 @@ pub enum Mail {
         reason: String,
         /// End it at once, without a grace period.
         hard: bool,
+        /// The parent asking, when a parent cancels its children: a run that is
+        /// not that parent's child (one it only attached to) ignores the request.
+        #[serde(default)]
+        from_parent: Option<String>,
     },
     /// Pause the run.
     Pause {

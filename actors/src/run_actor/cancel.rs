@@ -124,7 +124,9 @@ impl RunActor {
         Ok(())
     }
 
-    /// Asks each of `children` to cancel, with `reason`.
+    /// Asks each of `children` to cancel, with `reason`. A run the handler only
+    /// attached to (`ctx.child` on the id of a run someone else started) is not
+    /// this run's child, and ignores the request.
     pub(super) fn cancel_children(&self, children: Vec<String>, reason: &str, hard: bool) {
         for child in children {
             self.host.spawn_delivery(
@@ -132,6 +134,7 @@ impl RunActor {
                 Delivery::Cancel {
                     reason: reason.to_owned(),
                     hard,
+                    from_parent: Some(self.run_id.to_string()),
                 },
             );
         }

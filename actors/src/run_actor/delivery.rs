@@ -108,7 +108,16 @@ impl RunActor {
                 }
                 self.append_after_due(event).await?;
             }
-            Delivery::Cancel { reason, hard } => {
+            Delivery::Cancel {
+                reason,
+                hard,
+                from_parent,
+            } => {
+                let parent = self.meta.parent.as_ref().map(|p| p.run_id.as_str());
+                if from_parent.is_some() && from_parent.as_deref() != parent {
+                    tracing::debug!(run_id = %self.run_id, from = ?from_parent, "reel: cancel from a run that did not start this one; ignored");
+                    return Ok(());
+                }
                 return self.cancel(reason, hard, ctx).await;
             }
         }
