@@ -7,7 +7,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use reel::{Ctx, Error, Host, RunStatus, StatusKind, Workflow};
-use reel_postgres::partition_of;
+use support::hosts::{
+    cancelled, owned_by, result_of, shutdown_all, spread, suspended, until_status,
+};
 
 /// Waits for `go` and returns it, or fails when it is `fail`.
 struct Kid;
@@ -67,69 +69,19 @@ async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
         .await?)
 }
 
-fn owned_by(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
-}
-
-async fn until_status(host: &Host, run_id: &str, what: &str, check: impl Fn(&RunStatus) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let status = host.run(run_id).status().await;
-        if let Ok(s) = &status
-            && check(s)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{run_id} never {what}; it is {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn suspended(s: &RunStatus) -> bool {
-    matches!(s, RunStatus::Suspended { .. })
-}
-
-async fn three(url: &str) -> anyhow::Result<([Host; 3], Vec<usize>)> {
-    let hosts = [
-        host(url, "host-0").await?,
-        host(url, "host-1").await?,
-        host(url, "host-2").await?,
-    ];
-    let owners = support::spread_leases(url, "host-", 3, 80).await;
-    Ok((hosts, owners))
-}
-
 /// A parent on host-0 returns while its (waited-for) child on host-1 still
 /// waits: the child is asked to cancel, and ends cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parent_close_cancels_a_child_on_another_host() -> anyhow::Result<()> {
     let url = support::database("hunt_e_pclose").await;
-    let (hosts, owners) = three(&url).await?;
+    let (hosts, owners) = spread::<3>(&url, 80, host).await?;
     let parent = &owned_by(&owners, 0, "p", 1)[0];
     let kid = &owned_by(&owners, 1, "k", 1)[0];
     hosts[2].start::<Parent>(parent, (kid.clone(), 1)).await?;
-    let out = tokio::time::timeout(
-        Duration::from_secs(15),
-        hosts[2].handle::<Parent>(parent).result(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("parent did not end"))??;
+    let out = result_of::<Parent>(&hosts[2], parent).await??;
     assert_eq!(out, "left");
-    until_status(&hosts[2], kid, "was cancelled", |s| {
-        matches!(s, RunStatus::Cancelled)
-    })
-    .await;
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    until_status(&hosts[2], kid, "was cancelled", cancelled).await;
+    shutdown_all(hosts).await
 }
 
 /// A parent (host-0) waiting on its child (host-1) is cancelled through host-2:
@@ -137,7 +89,7 @@ async fn parent_close_cancels_a_child_on_another_host() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_or_terminate_parent_through_a_third_host_cancels_child() -> anyhow::Result<()> {
     let url = support::database("hunt_e_pcancel").await;
-    let (hosts, owners) = three(&url).await?;
+    let (hosts, owners) = spread::<3>(&url, 80, host).await?;
     let parents = owned_by(&owners, 0, "p", 2);
     let kids = owned_by(&owners, 1, "k", 2);
     for (p, k) in parents.iter().zip(&kids) {
@@ -150,19 +102,10 @@ async fn cancel_or_terminate_parent_through_a_third_host_cancels_child() -> anyh
     hosts[2].run(&parents[0]).cancel("from host-2").await?;
     hosts[2].run(&parents[1]).terminate("from host-2").await?;
     for (p, k) in parents.iter().zip(&kids) {
-        until_status(&hosts[0], p, "was cancelled", |s| {
-            matches!(s, RunStatus::Cancelled)
-        })
-        .await;
-        until_status(&hosts[0], k, "was cancelled", |s| {
-            matches!(s, RunStatus::Cancelled)
-        })
-        .await;
+        until_status(&hosts[0], p, "was cancelled", cancelled).await;
+        until_status(&hosts[0], k, "was cancelled", cancelled).await;
     }
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// A child on host-1 fails; its parent on host-0 sees the failure (and catches
@@ -170,7 +113,7 @@ async fn cancel_or_terminate_parent_through_a_third_host_cancels_child() -> anyh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_failure_and_result_cross_hosts() -> anyhow::Result<()> {
     let url = support::database("hunt_e_cfail").await;
-    let (hosts, owners) = three(&url).await?;
+    let (hosts, owners) = spread::<3>(&url, 80, host).await?;
     let p0 = &owned_by(&owners, 0, "p", 1)[0];
     let p2 = &owned_by(&owners, 2, "p", 1)[0];
     let kids = owned_by(&owners, 1, "k", 2);
@@ -187,22 +130,12 @@ async fn child_failure_and_result_cross_hosts() -> anyhow::Result<()> {
         .handle::<Kid>(&kids[1])
         .signal("go", "yes", "y")
         .await?;
-    let a = tokio::time::timeout(
-        Duration::from_secs(15),
-        hosts[1].handle::<Parent>(p0).result(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("p0 did not end"))??;
+    let a = result_of::<Parent>(&hosts[1], p0).await??;
     assert!(
         a.starts_with("child error:") && a.contains("kid told to fail"),
         "{a}"
     );
-    let b = tokio::time::timeout(
-        Duration::from_secs(15),
-        hosts[1].handle::<Parent>(p2).result(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("p2 did not end"))??;
+    let b = result_of::<Parent>(&hosts[1], p2).await??;
     assert_eq!(b, "kid:yes");
     let children = hosts[2].run(p0).children().await?;
     assert_eq!(children.len(), 1, "{children:?}");
@@ -211,10 +144,7 @@ async fn child_failure_and_result_cross_hosts() -> anyhow::Result<()> {
         StatusKind::Failed,
         "{children:?}"
     );
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// The parent's host shuts down while the child (another host) still waits:
@@ -223,8 +153,7 @@ async fn child_failure_and_result_cross_hosts() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_result_reaches_a_parent_whose_host_left() -> anyhow::Result<()> {
     let url = support::database("hunt_e_cmove").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let parent = &owned_by(&owners, 0, "p", 1)[0];
     let kid = &owned_by(&owners, 1, "k", 1)[0];
     hosts[1].start::<Parent>(parent, (kid.clone(), 2)).await?;
@@ -251,12 +180,7 @@ async fn child_result_reaches_a_parent_whose_host_left() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     h1.handle::<Parent>(parent).signal("more", "m", "m").await?;
-    let out = tokio::time::timeout(
-        Duration::from_secs(15),
-        h1.handle::<Parent>(parent).result(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("parent did not end"))??;
+    let out = result_of::<Parent>(&h1, parent).await??;
     assert_eq!(out, "kid:now+m");
     h1.shutdown().await?;
     Ok(())

@@ -4,10 +4,10 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reel::{Ctx, Host, RunStatus, Workflow};
-use reel_postgres::partition_of;
+use support::hosts::{cancelled, owned_by, shutdown_all, spread, suspended, until_status};
 
 struct Kid;
 impl Workflow for Kid {
@@ -46,36 +46,10 @@ async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
         .await?)
 }
 
-fn owned_by(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
-}
-
-async fn until_status(host: &Host, run_id: &str, what: &str, check: impl Fn(&RunStatus) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let status = host.run(run_id).status().await;
-        if let Ok(s) = &status
-            && check(s)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{run_id} never {what}; it is {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continue_as_new_cancels_a_child_on_another_host() -> anyhow::Result<()> {
     let url = support::database("hunt_e_can_child").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let p = &owned_by(&owners, 0, "p", 1)[0];
     let k = &owned_by(&owners, 1, "k", 1)[0];
     hosts[1].start::<Parent>(p, (k.clone(), 0)).await?;
@@ -86,30 +60,20 @@ async fn continue_as_new_cancels_a_child_on_another_host() -> anyhow::Result<()>
         |s| matches!(s, RunStatus::Suspended { waiting_on } if waiting_on.contains("done")),
     )
     .await;
-    until_status(&hosts[0], k, "was cancelled", |s| {
-        matches!(s, RunStatus::Cancelled)
-    })
-    .await;
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    until_status(&hosts[0], k, "was cancelled", cancelled).await;
+    shutdown_all(hosts).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_sent_while_the_owner_leaves() -> anyhow::Result<()> {
     let url = support::database("hunt_e_cancel_leave").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let ids = owned_by(&owners, 1, "k", 4);
     for id in &ids {
         hosts[0].start::<Kid>(id, ()).await?;
     }
     for id in &ids {
-        until_status(&hosts[0], id, "waited", |s| {
-            matches!(s, RunStatus::Suspended { .. })
-        })
-        .await;
+        until_status(&hosts[0], id, "waited", suspended).await;
     }
     let [h0, h1] = hosts;
     let leaving = tokio::spawn(async move { h1.shutdown().await });
@@ -127,25 +91,15 @@ async fn cancel_sent_while_the_owner_leaves() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminate_a_paused_run_through_a_non_owner() -> anyhow::Result<()> {
     let url = support::database("hunt_e_term_paused").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let id = &owned_by(&owners, 1, "k", 1)[0];
     hosts[0].start::<Kid>(id, ()).await?;
-    until_status(&hosts[0], id, "waited", |s| {
-        matches!(s, RunStatus::Suspended { .. })
-    })
-    .await;
+    until_status(&hosts[0], id, "waited", suspended).await;
     hosts[0].run(id).pause().await?;
     until_status(&hosts[0], id, "paused", |s| matches!(s, RunStatus::Paused)).await;
     hosts[0].run(id).terminate("gone").await?;
-    until_status(&hosts[0], id, "was cancelled", |s| {
-        matches!(s, RunStatus::Cancelled)
-    })
-    .await;
+    until_status(&hosts[0], id, "was cancelled", cancelled).await;
     let r = hosts[1].run(id).resume().await;
     assert!(r.is_err(), "resume of a terminated run: {r:?}");
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }

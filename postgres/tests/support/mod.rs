@@ -14,6 +14,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod hosts;
+
 /// The command that installs the server binaries on Debian and Ubuntu.
 pub const INSTALL: &str = "sudo apt-get update && sudo apt-get install -y postgresql";
 
