@@ -63,6 +63,9 @@ struct Queue {
     keys: HashMap<String, Arc<str>>,
     /// The key a run holds.
     key_of: HashMap<Arc<str>, String>,
+    /// Starts of a run reserved and not yet written: its key is let go only
+    /// when the last of them found it was not created.
+    reserving: HashMap<Arc<str>, u32>,
     /// Runs whose admission failed, set aside until their retry puts them back in
     /// `pending` (they hold neither a place nor a slot meanwhile).
     aside: HashSet<Arc<str>>,
@@ -109,6 +112,21 @@ impl Queue {
     /// start of it is under way).
     fn knows(&self, run_id: &str) -> bool {
         self.holds_place(run_id) || self.key_of.contains_key(run_id)
+    }
+
+    /// One start of the run has been written (or failed): true when it was the
+    /// last one under way.
+    fn written(&mut self, run_id: &str) -> bool {
+        match self.reserving.get_mut(run_id) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => {
+                self.reserving.remove(run_id);
+                true
+            }
+        }
     }
 }
 
@@ -249,17 +267,22 @@ impl Queues {
                 run_id: holder.to_string(),
             });
         }
+        let run: Arc<str> = Arc::from(run_id);
         if !q.knows(run_id) {
-            q.hold_key(&Arc::from(run_id), dedup_key);
+            q.hold_key(&run, dedup_key);
         }
+        *q.reserving.entry(run).or_default() += 1;
         let order = q.next_order;
         q.next_order += 1;
         Ok(order)
     }
 
-    /// Gives back a reservation whose write did not create the run.
+    /// Gives back a reservation whose write did not create the run. The key stays
+    /// held while another start of the run is still being written: that one may
+    /// create it with the key.
     pub(crate) fn unreserve(&self, queue: &str, run_id: &str) {
         if let Some(q) = self.lock().get_mut(queue)
+            && q.written(run_id)
             && !q.holds_place(run_id)
         {
             q.forget_key(run_id);
@@ -270,9 +293,12 @@ impl Queues {
     /// its record names (a start of the same id racing it may have reserved
     /// first, with another key or none). Nothing once the run has ended.
     pub(crate) fn created(&self, queue: &str, run_id: &str, dedup_key: Option<&String>) {
-        if let Some(q) = self.lock().get_mut(queue)
-            && q.holds_place(run_id)
-        {
+        let mut queues = self.lock();
+        let Some(q) = queues.get_mut(queue) else {
+            return;
+        };
+        q.written(run_id);
+        if q.holds_place(run_id) {
             q.forget_key(run_id);
             q.hold_key(&Arc::from(run_id), dedup_key);
         }
@@ -454,159 +480,4 @@ impl Queues {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn queues(limits: QueueLimits) -> Queues {
-        Queues::new(&HashMap::from([("q".to_owned(), limits)]))
-    }
-
-    fn enqueue(qs: &Queues, run: &str, priority: i32) {
-        let order = qs.reserve("q", run, None).unwrap();
-        let entry = QueueEntry {
-            name: "q".to_owned(),
-            priority,
-            order,
-            dedup_key: None,
-        };
-        qs.enqueued(run, &entry);
-    }
-
-    fn names(a: &Admission) -> Vec<&str> {
-        a.runs.iter().map(|r| &**r).collect()
-    }
-
-    #[test]
-    fn admits_by_priority_then_order_up_to_the_limit() {
-        let qs = queues(QueueLimits {
-            concurrency: Some(2),
-            rate_limit: None,
-        });
-        enqueue(&qs, "a", 5);
-        enqueue(&qs, "b", 1);
-        enqueue(&qs, "c", 5);
-        assert_eq!(names(&qs.take("q", 0)), ["b", "a"]);
-        assert!(qs.take("q", 0).runs.is_empty());
-        assert!(qs.ended("q", "a"));
-        assert_eq!(names(&qs.take("q", 0)), ["c"]);
-        assert_eq!(qs.sizes("q"), (0, 2));
-    }
-
-    #[test]
-    fn a_failed_admission_frees_the_slot_and_the_run_comes_back_in_its_place() {
-        let qs = queues(QueueLimits {
-            concurrency: Some(1),
-            rate_limit: None,
-        });
-        let key = "k".to_owned();
-        let order = qs.reserve("q", "a", Some(&key)).unwrap();
-        let a = QueueEntry {
-            name: "q".to_owned(),
-            priority: 0,
-            order,
-            dedup_key: Some(key.clone()),
-        };
-        qs.enqueued("a", &a);
-        enqueue(&qs, "b", 0);
-        enqueue(&qs, "c", 0);
-        assert_eq!(names(&qs.take("q", 0)), ["a"]);
-        assert_eq!(qs.admission_failed("q", "a"), Some(1));
-        // Aside, `a` keeps its key but not its slot.
-        assert!(qs.reserve("q", "x", Some(&key)).is_err());
-        assert_eq!(names(&qs.take("q", 0)), ["b"]);
-        assert!(qs.ended("q", "b"));
-        assert!(qs.requeue("a", &a));
-        assert_eq!(names(&qs.take("q", 0)), ["a"]);
-        assert_eq!(qs.admission_failed("q", "a"), Some(2));
-        // Ended while aside (cancelled): not put back, its key free.
-        assert!(!qs.ended("q", "a"));
-        assert!(!qs.requeue("a", &a));
-        assert_eq!(qs.admission_failed("q", "a"), None);
-        qs.reserve("q", "x", Some(&key)).unwrap();
-        assert_eq!(names(&qs.take("q", 0)), ["c"]);
-    }
-
-    #[test]
-    fn runs_owned_elsewhere_are_forgotten() {
-        let qs = queues(QueueLimits {
-            concurrency: Some(1),
-            rate_limit: None,
-        });
-        for r in ["x-1", "x-2", "y-1"] {
-            enqueue(&qs, r, 0);
-        }
-        assert_eq!(names(&qs.take("q", 0)), ["x-1"]);
-        assert_eq!(qs.forget(|r| r.starts_with("x-")), ["q"]);
-        assert_eq!(qs.sizes("q"), (1, 0));
-        assert_eq!(names(&qs.take("q", 0)), ["y-1"]);
-        assert!(qs.forget(|r| r.starts_with("x-")).is_empty());
-    }
-
-    #[test]
-    fn rate_limit_says_when_to_look_again() {
-        let qs = queues(QueueLimits {
-            concurrency: None,
-            rate_limit: Some((2, Duration::from_millis(1000))),
-        });
-        for r in ["a", "b", "c"] {
-            enqueue(&qs, r, 0);
-        }
-        let first = qs.take("q", 100);
-        assert_eq!(names(&first), ["a", "b"]);
-        assert_eq!(first.retry_at, Some(1100));
-        assert!(qs.take("q", 1099).runs.is_empty());
-        assert_eq!(names(&qs.take("q", 1100)), ["c"]);
-    }
-
-    #[test]
-    fn a_held_key_refuses_another_run_until_its_run_ends() {
-        let qs = queues(QueueLimits::default());
-        let key = "k".to_owned();
-        qs.reserve("q", "a", Some(&key)).unwrap();
-        assert!(matches!(
-            qs.reserve("q", "b", Some(&key)),
-            Err(ActorError::Deduplicated { run_id, .. }) if run_id == "a"
-        ));
-        // The same run asking again is let through (its write answers `Existing`).
-        qs.reserve("q", "a", Some(&key)).unwrap();
-        qs.ended("q", "a");
-        qs.reserve("q", "b", Some(&key)).unwrap();
-        assert!(matches!(
-            qs.reserve("nope", "c", None),
-            Err(ActorError::UnknownQueue(_))
-        ));
-    }
-
-    #[test]
-    fn recovery_counts_admitted_runs_against_the_limit() {
-        let qs = queues(QueueLimits {
-            concurrency: Some(1),
-            rate_limit: None,
-        });
-        let meta = |run: &str, state: RunState, order: u64| RunMeta {
-            run_id: run.to_owned(),
-            workflow: "w".to_owned(),
-            version: 1,
-            state,
-            created_at: 0,
-            updated_at: 0,
-            parent: None,
-            segment_start: 0,
-            segment: 0,
-            queue: Some(QueueEntry {
-                name: "q".to_owned(),
-                priority: 0,
-                order,
-                dedup_key: None,
-            }),
-        };
-        qs.recover(&[
-            meta("a", RunState::Running, 0),
-            meta("b", RunState::Enqueued, 1),
-        ]);
-        assert!(qs.take("q", 0).runs.is_empty());
-        qs.ended("q", "a");
-        assert_eq!(names(&qs.take("q", 0)), ["b"]);
-        assert_eq!(qs.reserve("q", "c", None).unwrap(), 2);
-    }
-}
+mod tests;
