@@ -8,7 +8,7 @@
 //! inbox and notices of a host that shares its store), `listing`, `operate`
 //! (pause, resume, retry), `fork`, `deletion` (delete, retention), `queueing`
 //! (starting runs on queues, admitting them), `signal_start` (signal-with-start),
-//! and `run_host`
+//! `reading` (a run's log and records, and watches on it), and `run_host`
 //! (the core as the [`RunHost`] of its parts). The submodules depend on this file;
 //! it depends on none of them, and nothing below the core names it.
 
@@ -24,8 +24,8 @@ use kameo::error::{ActorStopReason, SendError};
 use kameo::message::Message;
 use kameo::supervision::RestartPolicy;
 use reel_storage::{
-    Append, CorruptRecord, Event, Failure, LogSize, ParentLink, Payload, Record, RunMeta, RunState,
-    Scan, StorageError, Store, TimerEntry, check_run_id,
+    Append, CorruptRecord, Event, Failure, ParentLink, Payload, RunMeta, RunState, Scan,
+    StorageError, Store, TimerEntry, check_run_id,
 };
 use tokio::sync::{OnceCell, Semaphore};
 
@@ -35,7 +35,7 @@ use crate::engine::Registry;
 use crate::error::ActorError;
 use crate::host::RunHost;
 use crate::journal::{RUN_DEADLINE, timer_of};
-use crate::log_watch::{LogWatch, LogWatchers};
+use crate::log_watch::LogWatchers;
 use crate::message::{Delivery, Mailable, Resume, StopRun};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
@@ -54,6 +54,7 @@ mod operate;
 mod parking;
 mod published;
 mod queueing;
+mod reading;
 mod recovery;
 mod routing;
 mod run_host;
@@ -395,70 +396,6 @@ impl Core {
             self.apply_held_park(m);
         }
         Ok(meta)
-    }
-
-    /// A run's durable log, readable while the run runs.
-    ///
-    /// # Errors
-    /// [`ActorError::UnknownRun`], storage errors (a corrupt record names its run and
-    /// sequence).
-    pub async fn events(&self, run_id: &str) -> Result<Vec<Event>, ActorError> {
-        self.known(run_id).await?;
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        Ok(blocking(move || store.read_log(&id)).await?)
-    }
-
-    /// A watch on `run_id`'s log: [`LogWatch::changed`] returns each time records
-    /// land. Take it before reading what is there, so nothing lands unseen between.
-    ///
-    /// # Errors
-    /// [`ActorError::Shutdown`].
-    pub fn watch_log(&self, run_id: &str) -> Result<LogWatch, ActorError> {
-        self.check_open()?;
-        Ok(self.log_watchers.watch(run_id))
-    }
-
-    /// A run's records from sequence number `from` on (none for an unknown run).
-    ///
-    /// # Errors
-    /// Storage errors (a corrupt record names its run and sequence number).
-    pub async fn records_from(&self, run_id: &str, from: u64) -> Result<Vec<Record>, ActorError> {
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        Ok(blocking(move || store.read_records(&id, from)).await?)
-    }
-
-    /// A run's durable log with each record's sequence number and the time it was
-    /// appended, readable while the run runs.
-    ///
-    /// # Errors
-    /// As [`Core::events`].
-    pub async fn records(&self, run_id: &str) -> Result<Vec<Record>, ActorError> {
-        self.known(run_id).await?;
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        Ok(blocking(move || store.read_records(&id, 0)).await?)
-    }
-
-    /// How many events and bytes a run's log holds from sequence number `from` on.
-    ///
-    /// # Errors
-    /// Storage errors.
-    pub async fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize, ActorError> {
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        Ok(blocking(move || store.log_size(&id, from)).await?)
-    }
-
-    /// The last event of a run's log.
-    ///
-    /// # Errors
-    /// Storage errors.
-    pub async fn last_event(&self, run_id: &str) -> Result<Option<Event>, ActorError> {
-        // A point read, inline: a memtable or cached-block lookup costs less than a
-        // hop to the blocking pool and back. Logs and scans go to the pool.
-        Ok(self.store.last_event(run_id)?.map(|(_, e)| e))
     }
 
     async fn known(&self, run_id: &str) -> Result<RunMeta, ActorError> {

@@ -38,8 +38,9 @@
 //! - `core`: [`Core`] at the top: `core::recovery` (start-up), `core::activation`
 //!   (live-run map, supervisors), `core::routing` (deliveries, wake-ups),
 //!   `core::parking`, `core::waiters`, `core::published`, `core::children`
-//!   (child-run links, child cycles), `core::listing`, `core::queueing` (starting
-//!   runs on queues and admitting them), `core::run_host` (the core as `RunHost`).
+//!   (child-run links, child cycles), `core::listing`, `core::reading` (a run's
+//!   log, records and watches), `core::queueing` (starting runs on queues and
+//!   admitting them), `core::run_host` (the core as `RunHost`).
 
 mod asking;
 mod blocking;
