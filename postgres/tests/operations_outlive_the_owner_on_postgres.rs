@@ -5,10 +5,10 @@
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
-use reel_postgres::partition_of;
+use support::hosts::{owned_by, result_of, shutdown_all, spread, suspended, until_status};
 
 static PANIC: AtomicBool = AtomicBool::new(true);
 
@@ -56,42 +56,12 @@ async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
         .await?)
 }
 
-fn owned_by(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
-}
-
-async fn until_status(host: &Host, run_id: &str, what: &str, check: impl Fn(&RunStatus) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let status = host.run(run_id).status().await;
-        if let Ok(s) = &status
-            && check(s)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{run_id} never {what}; it is {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn suspended(s: &RunStatus) -> bool {
-    matches!(s, RunStatus::Suspended { .. })
-}
-
 /// `cancel` through a non-owner returns once the run has ended: right after,
 /// that host reads it cancelled and its cleanup step recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_through_a_non_owner_returns_once_ended() -> anyhow::Result<()> {
     let url = support::database("hunt_e_cancel_wait").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let ids = owned_by(&owners, 1, "cw", 3);
     for id in &ids {
         hosts[0].start::<Job>(id, 0).await?;
@@ -115,10 +85,7 @@ async fn cancel_through_a_non_owner_returns_once_ended() -> anyhow::Result<()> {
             "{id}: {events:?}"
         );
     }
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// Paused through host-0, its owner host-1 shuts down: the run stays paused on
@@ -126,8 +93,7 @@ async fn cancel_through_a_non_owner_returns_once_ended() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_outlives_the_owners_shutdown() -> anyhow::Result<()> {
     let url = support::database("hunt_e_pause_move").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let id = &owned_by(&owners, 1, "pm", 1)[0];
     hosts[0].start::<Job>(id, 0).await?;
     until_status(&hosts[0], id, "waited", suspended).await;
@@ -139,9 +105,7 @@ async fn pause_outlives_the_owners_shutdown() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(h0.run(id).status().await?, RunStatus::Paused);
     h0.run(id).resume().await?;
-    let out = tokio::time::timeout(Duration::from_secs(15), h0.handle::<Job>(id).result())
-        .await
-        .map_err(|_| anyhow::anyhow!("did not end"))??;
+    let out = result_of::<Job>(&h0, id).await??;
     assert_eq!(out, "g@host-0");
     h0.shutdown().await?;
     Ok(())
@@ -152,8 +116,7 @@ async fn pause_outlives_the_owners_shutdown() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_of_a_parked_run_through_a_non_owner() -> anyhow::Result<()> {
     let url = support::database("hunt_e_retry").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let id = &owned_by(&owners, 1, "rt", 1)[0];
     hosts[0].start::<Job>(id, 1).await?;
     until_status(&hosts[0], id, "parked", |s| {
@@ -164,14 +127,9 @@ async fn retry_of_a_parked_run_through_a_non_owner() -> anyhow::Result<()> {
     hosts[0].run(id).retry().await?;
     until_status(&hosts[0], id, "waited", suspended).await;
     hosts[0].handle::<Job>(id).signal("go", "r", "r").await?;
-    let out = tokio::time::timeout(Duration::from_secs(15), hosts[0].handle::<Job>(id).result())
-        .await
-        .map_err(|_| anyhow::anyhow!("did not end"))??;
+    let out = result_of::<Job>(&hosts[0], id).await??;
     assert_eq!(out, "r@host-1");
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// A signal through a non-owner to a run already finished (as that host reads
@@ -179,8 +137,7 @@ async fn retry_of_a_parked_run_through_a_non_owner() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_through_a_non_owner_to_a_finished_or_unknown_run_fails() -> anyhow::Result<()> {
     let url = support::database("hunt_e_sig_finished").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let id = &owned_by(&owners, 1, "sf", 1)[0];
     hosts[0].start::<Job>(id, 0).await?;
     until_status(&hosts[0], id, "waited", suspended).await;
@@ -198,10 +155,7 @@ async fn signal_through_a_non_owner_to_a_finished_or_unknown_run_fails() -> anyh
     assert!(matches!(none, Err(Error::UnknownRun(_))), "{none:?}");
     let none = hosts[0].run(ghost).pause().await;
     assert!(matches!(none, Err(Error::UnknownRun(_))), "{none:?}");
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// `result()` waiting on host-0 while the run's owner host-1 shuts down and
@@ -209,12 +163,7 @@ async fn signal_through_a_non_owner_to_a_finished_or_unknown_run_fails() -> anyh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_waits_across_an_owner_change() -> anyhow::Result<()> {
     let url = support::database("hunt_e_result_move").await;
-    let hosts = [
-        host(&url, "host-0").await?,
-        host(&url, "host-1").await?,
-        host(&url, "host-2").await?,
-    ];
-    let owners = support::spread_leases(&url, "host-", 3, 80).await;
+    let (hosts, owners) = spread::<3>(&url, 80, host).await?;
     let id = &owned_by(&owners, 1, "rm", 1)[0];
     hosts[0].start::<Job>(id, 0).await?;
     until_status(&hosts[0], id, "waited", suspended).await;

@@ -3,10 +3,9 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
 use reel::{Ctx, Error, Event, Host, RunFilter, RunStatus, StatusKind, Workflow};
 use reel_postgres::partition_of;
+use support::hosts::{cancelled, owned_by, result_of, shutdown_all, spread, until_status};
 
 /// A step naming its host, a signal, a step naming its host.
 #[derive(Clone)]
@@ -49,39 +48,8 @@ async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
         .await?)
 }
 
-fn owned_by(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
-}
-
-async fn until_status(host: &Host, run_id: &str, check: impl Fn(&RunStatus) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let status = host.run(run_id).status().await;
-        if let Ok(s) = &status
-            && check(s)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{run_id} never reached the status wanted; it is {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn waiting(status: &RunStatus) -> bool {
     matches!(status, RunStatus::Suspended { waiting_on } if waiting_on.contains("go"))
-}
-
-async fn result_within(host: &Host, id: &str) -> anyhow::Result<reel::Result<String>> {
-    tokio::time::timeout(Duration::from_secs(15), host.handle::<Gate>(id).result())
-        .await
-        .map_err(|_| anyhow::anyhow!("{id} did not end"))
 }
 
 /// Terminate through a non-owner ends a waiting run cancelled, seen so by
@@ -89,20 +57,19 @@ async fn result_within(host: &Host, id: &str) -> anyhow::Result<reel::Result<Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminate_through_a_non_owner() -> anyhow::Result<()> {
     let url = support::database("hunt_e_terminate").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let ids = owned_by(&owners, 1, "term", 2);
     for id in &ids {
         hosts[0].start::<Gate>(id, 1).await?;
     }
     for id in &ids {
-        until_status(&hosts[0], id, waiting).await;
+        until_status(&hosts[0], id, "waited", waiting).await;
     }
     hosts[0].run(&ids[0]).terminate("stop now").await?;
-    let ended = result_within(&hosts[0], &ids[0]).await?;
+    let ended = result_of::<Gate>(&hosts[0], &ids[0]).await?;
     assert!(matches!(ended, Err(Error::Cancelled(_))), "{ended:?}");
     for h in &hosts {
-        until_status(h, &ids[0], |s| matches!(s, RunStatus::Cancelled)).await;
+        until_status(h, &ids[0], "was cancelled", cancelled).await;
     }
     // A signal now is refused (the run is finished) from either host.
     let late = hosts[0]
@@ -123,13 +90,10 @@ async fn terminate_through_a_non_owner() -> anyhow::Result<()> {
         .signal("go", "ok", "go-1")
         .await?;
     assert_eq!(
-        result_within(&hosts[0], &ids[1]).await??,
+        result_of::<Gate>(&hosts[0], &ids[1]).await??,
         "1|host-1|ok|host-1"
     );
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// A waiting run owned by host-1 is terminated through host-0 (`request_cancel`
@@ -137,20 +101,15 @@ async fn terminate_through_a_non_owner() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_twice_through_two_non_owners() -> anyhow::Result<()> {
     let url = support::database("hunt_e_cancel2").await;
-    let hosts = [
-        host(&url, "host-0").await?,
-        host(&url, "host-1").await?,
-        host(&url, "host-2").await?,
-    ];
-    let owners = support::spread_leases(&url, "host-", 3, 80).await;
+    let (hosts, owners) = spread::<3>(&url, 80, host).await?;
     let id = &owned_by(&owners, 2, "c2", 1)[0];
     hosts[0].start::<Gate>(id, 1).await?;
-    until_status(&hosts[1], id, waiting).await;
+    until_status(&hosts[1], id, "waited", waiting).await;
     let (r0, r1) = (hosts[0].run(id), hosts[1].run(id));
     let (a, b) = tokio::join!(r0.cancel("from 0"), r1.cancel("from 1"));
     a?;
     b?;
-    let ended = result_within(&hosts[1], id).await?;
+    let ended = result_of::<Gate>(&hosts[1], id).await?;
     assert!(matches!(ended, Err(Error::Cancelled(_))), "{ended:?}");
     let events = hosts[0].run(id).events().await?;
     let cancelled = events
@@ -158,10 +117,7 @@ async fn cancel_twice_through_two_non_owners() -> anyhow::Result<()> {
         .filter(|e| matches!(e, Event::RunCancelled { .. }))
         .count();
     assert_eq!(cancelled, 1, "{events:?}");
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// Fork of a run owned by host-1, made through host-0: the fork re-runs from the
@@ -170,19 +126,21 @@ async fn cancel_twice_through_two_non_owners() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_through_a_non_owner() -> anyhow::Result<()> {
     let url = support::database("hunt_e_fork").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let orig = &owned_by(&owners, 1, "orig", 1)[0];
     // One fork lands on host-1's partitions, one on host-0's.
     let fork_1 = &owned_by(&owners, 1, "fork", 1)[0];
     let fork_0 = &owned_by(&owners, 0, "fork", 1)[0];
     hosts[0].start::<Gate>(orig, 7).await?;
-    until_status(&hosts[0], orig, waiting).await;
+    until_status(&hosts[0], orig, "waited", waiting).await;
     hosts[0]
         .handle::<Gate>(orig)
         .signal("go", "a", "go-a")
         .await?;
-    assert_eq!(result_within(&hosts[0], orig).await??, "7|host-1|a|host-1");
+    assert_eq!(
+        result_of::<Gate>(&hosts[0], orig).await??,
+        "7|host-1|a|host-1"
+    );
     // Cut just before the signal wait's delivery: the fork waits for its own signal.
     let records = hosts[0].run(orig).records().await?;
     let cut = records
@@ -192,9 +150,9 @@ async fn fork_through_a_non_owner() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("no SignalReceived: {records:?}"))?;
     for (f, via) in [(fork_1, 0usize), (fork_0, 1usize)] {
         let forked = hosts[via].fork(orig, cut, f).await?;
-        until_status(&hosts[1 - via], f, waiting).await;
+        until_status(&hosts[1 - via], f, "waited", waiting).await;
         forked.signal("go", "b", &format!("go-{f}")).await?;
-        let out = result_within(&hosts[1 - via], f).await??;
+        let out = result_of::<Gate>(&hosts[1 - via], f).await??;
         let owner = owners[partition_of(f) as usize];
         assert_eq!(
             out,
@@ -204,11 +162,11 @@ async fn fork_through_a_non_owner() -> anyhow::Result<()> {
     }
     // The original is untouched.
     assert_eq!(hosts[1].run(orig).records().await?.len(), records.len());
-    assert_eq!(result_within(&hosts[1], orig).await??, "7|host-1|a|host-1");
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    assert_eq!(
+        result_of::<Gate>(&hosts[1], orig).await??,
+        "7|host-1|a|host-1"
+    );
+    shutdown_all(hosts).await
 }
 
 /// Delete through a non-owner: a running run is refused; a finished one is gone
@@ -216,11 +174,10 @@ async fn fork_through_a_non_owner() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_through_a_non_owner_then_reuse_the_id() -> anyhow::Result<()> {
     let url = support::database("hunt_e_delete").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let id = &owned_by(&owners, 1, "del", 1)[0];
     hosts[0].start::<Gate>(id, 1).await?;
-    until_status(&hosts[0], id, waiting).await;
+    until_status(&hosts[0], id, "waited", waiting).await;
     let refused = hosts[0].run(id).delete().await;
     assert!(
         matches!(refused, Err(Error::InvalidState { .. })),
@@ -230,7 +187,10 @@ async fn delete_through_a_non_owner_then_reuse_the_id() -> anyhow::Result<()> {
         .handle::<Gate>(id)
         .signal("go", "a", "go-a")
         .await?;
-    assert_eq!(result_within(&hosts[0], id).await??, "1|host-1|a|host-1");
+    assert_eq!(
+        result_of::<Gate>(&hosts[0], id).await??,
+        "1|host-1|a|host-1"
+    );
     hosts[0].run(id).delete().await?;
     for h in &hosts {
         let s = h.run(id).status().await;
@@ -240,17 +200,17 @@ async fn delete_through_a_non_owner_then_reuse_the_id() -> anyhow::Result<()> {
     }
     // The id again, with another input, through the non-owner.
     hosts[0].start::<Gate>(id, 2).await?;
-    until_status(&hosts[1], id, waiting).await;
+    until_status(&hosts[1], id, "waited", waiting).await;
     // The old signal id is not remembered by the new run.
     hosts[0]
         .handle::<Gate>(id)
         .signal("go", "b", "go-a")
         .await?;
-    assert_eq!(result_within(&hosts[1], id).await??, "2|host-1|b|host-1");
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    assert_eq!(
+        result_of::<Gate>(&hosts[1], id).await??,
+        "2|host-1|b|host-1"
+    );
+    shutdown_all(hosts).await
 }
 
 /// Runs in every state, spread over three hosts' partitions: every host's
@@ -269,7 +229,7 @@ async fn listing_and_counts_agree_on_every_host() -> anyhow::Result<()> {
         hosts[i % 3].start::<Gate>(id, i as u32).await?;
     }
     for id in &ids {
-        until_status(&hosts[1], id, waiting).await;
+        until_status(&hosts[1], id, "waited", waiting).await;
     }
     // 6 completed, 4 cancelled, 3 paused, 5 waiting; each through another host.
     for (i, id) in ids.iter().enumerate() {
@@ -288,7 +248,10 @@ async fn listing_and_counts_agree_on_every_host() -> anyhow::Result<()> {
             10..13 => StatusKind::Paused,
             _ => StatusKind::Suspended,
         };
-        until_status(&hosts[2], id, |s| s.kind() == want).await;
+        until_status(&hosts[2], id, "reached the status wanted", |s| {
+            s.kind() == want
+        })
+        .await;
     }
     let mut expected = std::collections::BTreeMap::new();
     expected.insert(StatusKind::Completed, 6u64);
@@ -330,8 +293,5 @@ async fn listing_and_counts_agree_on_every_host() -> anyhow::Result<()> {
             .collect();
         assert_eq!(paused.len(), 3, "host-{n}: {paused:?}");
     }
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }

@@ -4,10 +4,8 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
-use reel::{Ctx, Host, RunStatus, Workflow};
-use reel_postgres::partition_of;
+use reel::{Ctx, Host, Workflow};
+use support::hosts::{owned_by, result_of, shutdown_all, spread, suspended, until_status};
 
 /// Collects `msg` signals until one is `stop`.
 struct Collect;
@@ -36,41 +34,16 @@ async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
         .await?)
 }
 
-fn owned_by(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
-}
-
-async fn until_waiting(host: &Host, run_id: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let s = host.run(run_id).status().await;
-        if matches!(s, Ok(RunStatus::Suspended { .. })) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{run_id} never waited: {s:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Three senders (two non-owners and the owner), each sending 15 signals one
 /// after another, concurrently with each other: all 45 land once and each
 /// sender's signals are in its order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_senders_order_holds_across_hosts() -> anyhow::Result<()> {
     let url = support::database("hunt_e_order").await;
-    let hosts = [
-        host(&url, "host-0").await?,
-        host(&url, "host-1").await?,
-        host(&url, "host-2").await?,
-    ];
-    let owners = support::spread_leases(&url, "host-", 3, 80).await;
+    let (hosts, owners) = spread::<3>(&url, 80, host).await?;
     let id = &owned_by(&owners, 2, "col", 1)[0];
     hosts[0].start::<Collect>(id, ()).await?;
-    until_waiting(&hosts[1], id).await;
+    until_status(&hosts[1], id, "waited", suspended).await;
     const N: usize = 15;
     let sender = |h: usize| {
         let handle = hosts[h].handle::<Collect>(id);
@@ -91,12 +64,7 @@ async fn each_senders_order_holds_across_hosts() -> anyhow::Result<()> {
         .handle::<Collect>(id)
         .signal("msg", "stop", "stop")
         .await?;
-    let got = tokio::time::timeout(
-        Duration::from_secs(15),
-        hosts[0].handle::<Collect>(id).result(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("the run did not end"))??;
+    let got = result_of::<Collect>(&hosts[0], id).await??;
     assert_eq!(got.len(), 3 * N, "{got:?}");
     for h in 0..3 {
         let mine: Vec<&String> = got
@@ -110,10 +78,7 @@ async fn each_senders_order_holds_across_hosts() -> anyhow::Result<()> {
             "sender host-{h}'s order; all: {got:?}"
         );
     }
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// One signal id sent through all three hosts at once (a retried webhook
@@ -121,15 +86,10 @@ async fn each_senders_order_holds_across_hosts() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_signal_id_through_three_hosts_is_one_delivery() -> anyhow::Result<()> {
     let url = support::database("hunt_e_dedup").await;
-    let hosts = [
-        host(&url, "host-0").await?,
-        host(&url, "host-1").await?,
-        host(&url, "host-2").await?,
-    ];
-    let owners = support::spread_leases(&url, "host-", 3, 80).await;
+    let (hosts, owners) = spread::<3>(&url, 80, host).await?;
     let id = &owned_by(&owners, 1, "dd", 1)[0];
     hosts[2].start::<Collect>(id, ()).await?;
-    until_waiting(&hosts[0], id).await;
+    until_status(&hosts[0], id, "waited", suspended).await;
     for round in 0..5 {
         let sends = hosts.iter().map(|h| {
             let handle = h.handle::<Collect>(id);
@@ -145,17 +105,9 @@ async fn one_signal_id_through_three_hosts_is_one_delivery() -> anyhow::Result<(
         .handle::<Collect>(id)
         .signal("msg", "stop", "stop")
         .await?;
-    let got = tokio::time::timeout(
-        Duration::from_secs(15),
-        hosts[2].handle::<Collect>(id).result(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("the run did not end"))??;
+    let got = result_of::<Collect>(&hosts[2], id).await??;
     assert_eq!(got, vec!["r0", "r1", "r2", "r3", "r4"]);
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
 
 /// A signal sent through host-0 to a run owned by host-1, and host-1 shuts down
@@ -164,14 +116,13 @@ async fn one_signal_id_through_three_hosts_is_one_delivery() -> anyhow::Result<(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_queued_for_an_owner_that_shuts_down_is_applied() -> anyhow::Result<()> {
     let url = support::database("hunt_e_inbox_move").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     let ids = owned_by(&owners, 1, "mv", 4);
     for id in &ids {
         hosts[0].start::<Collect>(id, ()).await?;
     }
     for id in &ids {
-        until_waiting(&hosts[0], id).await;
+        until_status(&hosts[0], id, "waited", suspended).await;
     }
     let [h0, h1] = hosts;
     for id in &ids {
@@ -189,9 +140,7 @@ async fn signal_queued_for_an_owner_that_shuts_down_is_applied() -> anyhow::Resu
             .await?;
     }
     for id in &ids {
-        let got = tokio::time::timeout(Duration::from_secs(15), h0.handle::<Collect>(id).result())
-            .await
-            .map_err(|_| anyhow::anyhow!("{id} did not end"))??;
+        let got = result_of::<Collect>(&h0, id).await??;
         assert_eq!(got, vec!["first", "second"], "{id}");
     }
     h0.shutdown().await?;

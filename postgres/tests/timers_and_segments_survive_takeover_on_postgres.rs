@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use reel::testing::TestClock;
-use reel::{Ctx, Host, RunStatus, Workflow};
+use reel::{Ctx, Host, Workflow};
 use reel_postgres::partition_of;
+use support::hosts::{owned_by, result_of, shutdown_all, spread, suspended, until_status};
 
 type Execs = Arc<Mutex<BTreeMap<u32, u32>>>;
 
@@ -90,28 +91,38 @@ async fn host(url: &str, name: &str, clock: &TestClock, execs: &Execs) -> anyhow
         .await?)
 }
 
-fn owned_by(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
-}
-
-async fn until_suspended(host: &Host, run_id: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let s = host.run(run_id).status().await;
-        if matches!(s, Ok(RunStatus::Suspended { .. })) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{run_id} never waited: {s:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn clock() -> TestClock {
     TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000))
+}
+
+/// A shared clock and step count, and host-0 and host-1 on `url` with them,
+/// each holding half the partitions.
+async fn two(url: &str) -> anyhow::Result<(TestClock, Execs, [Host; 2], Vec<usize>)> {
+    let clock = clock();
+    let execs = Execs::default();
+    let (hosts, owners) = spread::<2>(url, 128, async |url, name| {
+        host(url, name, &clock, &execs).await
+    })
+    .await?;
+    Ok((clock, execs, hosts, owners))
+}
+
+/// Starts a `Loop` through host-0 on a partition of host-1's, and waits (10 s at
+/// most) until `segments` of its steps ran; returns its id.
+async fn start_loop(
+    hosts: &[Host; 2],
+    owners: &[usize],
+    execs: &Execs,
+    segments: usize,
+) -> anyhow::Result<String> {
+    let id = owned_by(owners, 1, "loop", 1).remove(0);
+    hosts[0].start::<Loop>(&id, 0).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while execs.lock().unwrap_or_else(|p| p.into_inner()).len() < segments {
+        assert!(Instant::now() < deadline, "the loop did not get going");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(id)
 }
 
 /// host-1 owns sleeping runs and shuts down; the clock passes their timers
@@ -119,28 +130,20 @@ fn clock() -> TestClock {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timers_of_a_host_that_shut_down_fire_on_the_taker() -> anyhow::Result<()> {
     let url = support::database("hunt_e_timers").await;
-    let clock = clock();
-    let execs = Execs::default();
-    let hosts = [
-        host(&url, "host-0", &clock, &execs).await?,
-        host(&url, "host-1", &clock, &execs).await?,
-    ];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (clock, _, hosts, owners) = two(&url).await?;
     let ids = owned_by(&owners, 1, "nap", 4);
     for (i, id) in ids.iter().enumerate() {
         hosts[0].start::<Nap>(id, (i % 2) as u32).await?;
     }
     for id in &ids {
-        until_suspended(&hosts[0], id).await;
+        until_status(&hosts[0], id, "waited", suspended).await;
     }
     let [h0, h1] = hosts;
     h1.shutdown().await?;
     // Due at once, perhaps before host-0 holds the partitions.
     clock.advance(Duration::from_secs(2 * 3600));
     for (i, id) in ids.iter().enumerate() {
-        let out = tokio::time::timeout(Duration::from_secs(15), h0.handle::<Nap>(id).result())
-            .await
-            .map_err(|_| anyhow::anyhow!("{id} did not end"))??;
+        let out = result_of::<Nap>(&h0, id).await??;
         let want = if i % 2 == 0 { "slept" } else { "timeout" };
         assert_eq!(out, format!("{want}@host-0"), "{id}");
     }
@@ -154,19 +157,13 @@ async fn timers_of_a_host_that_shut_down_fire_on_the_taker() -> anyhow::Result<(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_rejoins_under_the_same_name() -> anyhow::Result<()> {
     let url = support::database("hunt_e_rejoin").await;
-    let clock = clock();
-    let execs = Execs::default();
-    let hosts = [
-        host(&url, "host-0", &clock, &execs).await?,
-        host(&url, "host-1", &clock, &execs).await?,
-    ];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (clock, execs, hosts, owners) = two(&url).await?;
     let ids = owned_by(&owners, 1, "rj", 6);
     for id in &ids {
         hosts[0].start::<Nap>(id, 1).await?;
     }
     for id in &ids {
-        until_suspended(&hosts[0], id).await;
+        until_status(&hosts[0], id, "waited", suspended).await;
     }
     let [h0, h1] = hosts;
     h1.shutdown().await?;
@@ -180,9 +177,7 @@ async fn host_rejoins_under_the_same_name() -> anyhow::Result<()> {
     }
     clock.advance(Duration::from_secs(2 * 3600));
     for (i, id) in ids.iter().enumerate() {
-        let out = tokio::time::timeout(Duration::from_secs(15), h0.handle::<Nap>(id).result())
-            .await
-            .map_err(|_| anyhow::anyhow!("{id} did not end"))??;
+        let out = result_of::<Nap>(&h0, id).await??;
         let want = if i < 3 { "sig" } else { "timeout" };
         assert!(out.starts_with(&format!("{want}@host-")), "{id}: {out}");
         let steps = h1
@@ -199,11 +194,9 @@ async fn host_rejoins_under_the_same_name() -> anyhow::Result<()> {
     for owner in 0..2 {
         let id = &owned_by(&owners, owner, "after", 1)[0];
         h0.start::<Nap>(id, 1).await?;
-        until_suspended(&h1, id).await;
+        until_status(&h1, id, "waited", suspended).await;
         h0.handle::<Nap>(id).signal("x", "y", "y").await?;
-        let out = tokio::time::timeout(Duration::from_secs(15), h1.handle::<Nap>(id).result())
-            .await
-            .map_err(|_| anyhow::anyhow!("{id} did not end"))??;
+        let out = result_of::<Nap>(&h1, id).await??;
         assert_eq!(out, format!("y@host-{owner}"), "{id}");
     }
     h0.shutdown().await?;
@@ -217,25 +210,11 @@ async fn host_rejoins_under_the_same_name() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continue_as_new_goes_on_after_its_owner_shuts_down() -> anyhow::Result<()> {
     let url = support::database("hunt_e_can_shut").await;
-    let clock = clock();
-    let execs = Execs::default();
-    let hosts = [
-        host(&url, "host-0", &clock, &execs).await?,
-        host(&url, "host-1", &clock, &execs).await?,
-    ];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
-    let id = &owned_by(&owners, 1, "loop", 1)[0];
-    hosts[0].start::<Loop>(id, 0).await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while execs.lock().unwrap_or_else(|p| p.into_inner()).len() < 8 {
-        assert!(Instant::now() < deadline, "the loop did not get going");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let (_, execs, hosts, owners) = two(&url).await?;
+    let id = &start_loop(&hosts, &owners, &execs, 8).await?;
     let [h0, h1] = hosts;
     h1.shutdown().await?;
-    let out = tokio::time::timeout(Duration::from_secs(15), h0.handle::<Loop>(id).result())
-        .await
-        .map_err(|_| anyhow::anyhow!("the loop did not end"))??;
+    let out = result_of::<Loop>(&h0, id).await??;
     assert_eq!(out, 25);
     let execs = execs.lock().unwrap_or_else(|p| p.into_inner()).clone();
     assert_eq!(execs.len(), 26, "{execs:?}");
@@ -253,20 +232,8 @@ async fn continue_as_new_goes_on_after_its_owner_shuts_down() -> anyhow::Result<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continue_as_new_survives_a_lost_lease() -> anyhow::Result<()> {
     let url = support::database("hunt_e_can_lease").await;
-    let clock = clock();
-    let execs = Execs::default();
-    let hosts = [
-        host(&url, "host-0", &clock, &execs).await?,
-        host(&url, "host-1", &clock, &execs).await?,
-    ];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
-    let id = &owned_by(&owners, 1, "loop", 1)[0];
-    hosts[0].start::<Loop>(id, 0).await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while execs.lock().unwrap_or_else(|p| p.into_inner()).len() < 6 {
-        assert!(Instant::now() < deadline, "the loop did not get going");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let (_, execs, hosts, owners) = two(&url).await?;
+    let id = &start_loop(&hosts, &owners, &execs, 6).await?;
     let part = partition_of(id);
     support::execute(
         &url,
@@ -284,12 +251,7 @@ async fn continue_as_new_survives_a_lost_lease() -> anyhow::Result<()> {
         ),
     )
     .await;
-    let out = tokio::time::timeout(
-        Duration::from_secs(15),
-        hosts[0].handle::<Loop>(id).result(),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("the loop did not end"))??;
+    let out = result_of::<Loop>(&hosts[0], id).await??;
     assert_eq!(out, 25);
     let execs = execs.lock().unwrap_or_else(|p| p.into_inner()).clone();
     assert_eq!(execs.len(), 26, "{execs:?}");
@@ -303,8 +265,5 @@ async fn continue_as_new_survives_a_lost_lease() -> anyhow::Result<()> {
         .count();
     assert_eq!(completed, 26, "one recorded step per segment");
     println!("executions per segment: {execs:?}");
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
+    shutdown_all(hosts).await
 }
