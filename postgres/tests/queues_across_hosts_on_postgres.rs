@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use reel::testing::TestClock;
 use reel::{Ctx, Error, Host, QueueOptions, RunStatus, StartOptions, Workflow};
-use reel_postgres::partition_of;
+use support::hosts::{owned_by, shutdown_all, spread};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -92,22 +92,12 @@ async fn three(
     queue: QueueOptions,
     clock: Option<&TestClock>,
 ) -> anyhow::Result<(Vec<Host>, Vec<usize>)> {
-    let mut hosts = Vec::new();
-    for i in 0..3 {
-        hosts.push(host(url, &format!("host-{i}"), gauge, queue, clock).await?);
-    }
     // Partitions settle first, so no step is cut short by a lease moving.
-    let owners = support::spread_leases(url, "host-", 3, 60).await;
-    Ok((hosts, owners))
-}
-
-/// Run ids `prefix-n` whose partition `owner` owns, `count` of them.
-fn owned_by(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|n| format!("{prefix}-{n}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
+    let (hosts, owners) = spread::<3>(url, 60, async |url, name| {
+        host(url, name, gauge, queue, clock).await
+    })
+    .await?;
+    Ok((hosts.into(), owners))
 }
 
 async fn until(what: &str, check: impl Fn() -> bool) {
@@ -116,13 +106,6 @@ async fn until(what: &str, check: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn shut(hosts: Vec<Host>) -> anyhow::Result<()> {
-    for h in hosts {
-        h.shutdown().await?;
-    }
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +126,7 @@ async fn concurrency_holds_across_hosts() -> anyhow::Result<()> {
     assert_eq!(gauge.entered.load(Ordering::SeqCst), RUNS);
     let max = gauge.max.load(Ordering::SeqCst);
     assert!(max <= 3, "{max} runs of a queue of 3 ran at once");
-    shut(hosts).await
+    shutdown_all(hosts).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,7 +161,7 @@ async fn dedup_key_holds_across_hosts() -> anyhow::Result<()> {
     // Free once its holder ended, on any host.
     let next = hosts[1].start_with::<Job>("d-next", false, opts()).await?;
     tokio::time::timeout(LIMIT, next.result()).await??;
-    shut(hosts).await
+    shutdown_all(hosts).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +200,7 @@ async fn rate_limit_holds_across_hosts() -> anyhow::Result<()> {
         assert!(Instant::now() < deadline, "not every run completed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    shut(hosts).await
+    shutdown_all(hosts).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,5 +243,5 @@ async fn slots_of_a_host_that_leaves_stay_with_its_runs() -> anyhow::Result<()> 
     assert_eq!(gauge.entered.load(Ordering::SeqCst), 6);
     let max = gauge.max.load(Ordering::SeqCst);
     assert!(max <= 2, "{max} runs of a queue of 2 ran at once");
-    shut(hosts).await
+    shutdown_all(hosts).await
 }
