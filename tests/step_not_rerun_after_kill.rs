@@ -6,13 +6,10 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 use common::tokens::Tokens as Work;
-use reel::{Event, Host};
+use reel::Host;
 
 const RUNS: usize = 100;
 const STEPS: usize = 5;
@@ -20,13 +17,7 @@ const CHILD_ENV: &str = "REEL_KILL9_CHILD_DIR";
 
 /// The runs' workflow: 5 logged steps, a short sleep after the third.
 fn work(dir: &Path) -> Work {
-    Work {
-        side: dir.join("executions.log"),
-        steps: STEPS,
-        pause_every: 3,
-        pause: Duration::from_millis(3),
-        busy: Duration::ZERO,
-    }
+    common::tokens::short_steps(dir, STEPS)
 }
 
 fn open(dir: &Path) -> impl std::future::Future<Output = reel::Result<Host>> {
@@ -41,20 +32,7 @@ fn child(dir: &Path) {
     let rt = common::kill::runtime();
     rt.block_on(async {
         let host = open(dir).await.expect("open");
-        let mut handles = Vec::new();
-        for i in 0..RUNS {
-            handles.push(
-                host.start::<Work>(&format!("run-{i}"), ())
-                    .await
-                    .expect("start"),
-            );
-        }
-        for h in handles {
-            h.result().await.expect("result");
-        }
-        println!("all-done");
-        std::io::stdout().flush().ok();
-        host.shutdown().await.expect("shutdown");
+        common::tokens::start_and_finish(host, RUNS).await;
     });
 }
 
@@ -79,24 +57,9 @@ fn step_not_rerun_after_kill() {
 
     // Restart in this process: every run resumes and completes.
     let rt = common::kill::runtime();
-    let recorded: HashMap<String, Vec<String>> = rt.block_on(async {
+    let recorded = rt.block_on(async {
         let host = open(dir.path()).await.expect("reopen");
-        let mut out = HashMap::new();
-        for i in 0..RUNS {
-            let id = format!("run-{i}");
-            // A run the child never got to start is started now (idempotent).
-            let h = host.start::<Work>(&id, ()).await.expect("start");
-            let tokens = h.result().await.expect("every run completes");
-            let events = h.events().await.expect("events");
-            let completed = events
-                .iter()
-                .filter(|e| matches!(e, Event::StepCompleted { .. }))
-                .count();
-            assert_eq!(completed, STEPS, "{id}: each step recorded exactly once");
-            out.insert(id, tokens);
-        }
-        host.shutdown().await.expect("shutdown");
-        out
+        common::tokens::finish_all(host, RUNS, STEPS).await
     });
 
     // The recorded token of every step is the last execution of that step.

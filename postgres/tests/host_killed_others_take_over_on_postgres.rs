@@ -242,11 +242,7 @@ fn host_killed_others_take_over_on_postgres() {
                 .unwrap_or_else(|_| panic!("{id} did not complete"))
                 .expect("every run completes");
             let events = run.events().await.expect("events");
-            let completed = events
-                .iter()
-                .filter(|e| matches!(e, Event::StepCompleted { .. }))
-                .count();
-            assert_eq!(completed, STEPS, "{id}: each step recorded exactly once");
+            tokens::assert_steps_once(&id, &events, STEPS);
             out.insert(id, tokens);
         }
         println!(

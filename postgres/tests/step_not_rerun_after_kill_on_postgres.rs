@@ -13,12 +13,9 @@ mod kill;
 #[path = "../../tests/common/tokens.rs"]
 mod tokens;
 
-use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
-use reel::{Event, Host};
+use reel::Host;
 use reel_postgres::PgStore;
 use tokens::Tokens as Work;
 
@@ -28,13 +25,7 @@ const CHILD_ENV: &str = "REEL_PG_KILL9_CHILD_DIR";
 
 /// The runs' workflow: 5 logged steps, a short sleep after the third.
 fn work(dir: &Path) -> Work {
-    Work {
-        side: dir.join("executions.log"),
-        steps: STEPS,
-        pause_every: 3,
-        pause: Duration::from_millis(3),
-        busy: Duration::ZERO,
-    }
+    tokens::short_steps(dir, STEPS)
 }
 
 /// A host over the database whose URL is in `dir/url`.
@@ -53,20 +44,7 @@ fn child(dir: &Path) {
     let rt = kill::runtime();
     rt.block_on(async {
         let host = open(dir).await.expect("open");
-        let mut handles = Vec::new();
-        for i in 0..RUNS {
-            handles.push(
-                host.start::<Work>(&format!("run-{i}"), ())
-                    .await
-                    .expect("start"),
-            );
-        }
-        for h in handles {
-            h.result().await.expect("result");
-        }
-        println!("all-done");
-        std::io::stdout().flush().ok();
-        host.shutdown().await.expect("shutdown");
+        tokens::start_and_finish(host, RUNS).await;
     });
 }
 
@@ -92,23 +70,9 @@ fn step_not_rerun_after_kill_on_postgres() {
     .run(dir.path());
     assert!(kills > 0, "the child was never killed");
 
-    let recorded: HashMap<String, Vec<String>> = rt.block_on(async {
+    let recorded = rt.block_on(async {
         let host = open(dir.path()).await.expect("reopen");
-        let mut out = HashMap::new();
-        for i in 0..RUNS {
-            let id = format!("run-{i}");
-            let h = host.start::<Work>(&id, ()).await.expect("start");
-            let tokens = h.result().await.expect("every run completes");
-            let events = h.events().await.expect("events");
-            let completed = events
-                .iter()
-                .filter(|e| matches!(e, Event::StepCompleted { .. }))
-                .count();
-            assert_eq!(completed, STEPS, "{id}: each step recorded exactly once");
-            out.insert(id, tokens);
-        }
-        host.shutdown().await.expect("shutdown");
-        out
+        tokens::finish_all(host, RUNS, STEPS).await
     });
 
     let (executions, _) =

@@ -3,13 +3,15 @@
 //! the fresh token (`<key>-<uuid>`), so the token a run records for a step must be
 //! the *last* line of that step in the side file: nothing ran again once its
 //! completion was recorded.
+// Also compiled by path into tests that use only part of it.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use reel::{Ctx, Workflow};
+use reel::{Ctx, Event, Host, Workflow};
 
 /// `steps` logged steps, each taking `busy`, with a durable sleep of `pause` after
 /// every `pause_every`-th; returns the tokens. Prints `exec <run>` per execution
@@ -91,4 +93,61 @@ pub fn assert_recorded_last(
     }
     let reruns = runs_of.values().map(|n| n - 1).sum();
     (side.lines().count(), reruns)
+}
+
+/// The step-rerun tests' runs: `steps` steps with no busy time and a 3 ms sleep
+/// after every third, logging to `dir/executions.log`.
+pub fn short_steps(dir: &Path, steps: usize) -> Tokens {
+    Tokens {
+        side: dir.join("executions.log"),
+        steps,
+        pause_every: 3,
+        pause: Duration::from_millis(3),
+        busy: Duration::ZERO,
+    }
+}
+
+/// The body of a killed child: starts the runs `run-0` to `run-<runs - 1>`
+/// (idempotent), awaits every result, prints `all-done`, shuts the host down.
+pub async fn start_and_finish(host: Host, runs: usize) {
+    let mut handles = Vec::new();
+    for i in 0..runs {
+        handles.push(
+            host.start::<Tokens>(&format!("run-{i}"), ())
+                .await
+                .expect("start"),
+        );
+    }
+    for h in handles {
+        h.result().await.expect("result");
+    }
+    println!("all-done");
+    std::io::stdout().flush().ok();
+    host.shutdown().await.expect("shutdown");
+}
+
+/// After the kills: starts every run again (one the child never got to start is
+/// started now; idempotent), awaits it, asserts each of its `steps` steps is
+/// recorded exactly once, shuts the host down; returns the tokens by run.
+pub async fn finish_all(host: Host, runs: usize, steps: usize) -> HashMap<String, Vec<String>> {
+    let mut out = HashMap::new();
+    for i in 0..runs {
+        let id = format!("run-{i}");
+        let h = host.start::<Tokens>(&id, ()).await.expect("start");
+        let tokens = h.result().await.expect("every run completes");
+        let events = h.events().await.expect("events");
+        assert_steps_once(&id, &events, steps);
+        out.insert(id, tokens);
+    }
+    host.shutdown().await.expect("shutdown");
+    out
+}
+
+/// Asserts the log of run `id` records `steps` completed steps: each exactly once.
+pub fn assert_steps_once(id: &str, events: &[Event], steps: usize) {
+    let completed = events
+        .iter()
+        .filter(|e| matches!(e, Event::StepCompleted { .. }))
+        .count();
+    assert_eq!(completed, steps, "{id}: each step recorded exactly once");
 }
