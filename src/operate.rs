@@ -70,7 +70,9 @@ impl Host {
     /// at the cut (armed for the fork, due when they were due, the run's own
     /// timeout included), and the children that ended before the cut (their results
     /// replay; they are not started again). It has no parent, and its steps get
-    /// their own idempotency keys (they name the run).
+    /// their own idempotency keys (they name the run). A fork of a run started on
+    /// a queue is enqueued on that queue (same priority, no de-duplication key)
+    /// and starts when the queue admits it, so the queue's limits hold.
     ///
     /// The cut must be at a primitive boundary: after the segment's `RunStarted`
     /// (earlier segments cannot be forked), at most at the end of the log (the
@@ -83,7 +85,8 @@ impl Host {
     /// [`Error::InvalidCut`] for a cut that is not allowed (naming why),
     /// [`Error::UnknownRun`] for `run_id`, [`Error::RunExists`] when `new_run_id`
     /// is taken, [`Error::UnknownWorkflow`] / [`Error::VersionMismatch`] when the
-    /// segment's workflow version is not registered, [`Error::Storage`] (also for
+    /// segment's workflow version is not registered, [`Error::UnknownQueue`] when
+    /// the original's queue is not configured on this host, [`Error::Storage`] (also for
     /// an invalid `new_run_id`), [`Error::Shutdown`]. Nothing is written then.
     pub async fn fork(&self, run_id: &str, at_seq: u64, new_run_id: &str) -> Result<AnyRun> {
         self.core()

@@ -224,12 +224,23 @@ impl Core {
     /// Writes a new run (its first write is the existence check) and activates it,
     /// or, for an enqueued run, hands it to its queue.
     async fn create(&self, meta: RunMeta, events: Vec<Event>) -> Result<Started, ActorError> {
+        self.create_with(meta, events, None).await
+    }
+
+    /// [`Core::create`], with the timers to arm for the run (by default, those
+    /// its events schedule: a fork's prefix may hold timers already settled).
+    async fn create_with(
+        &self,
+        meta: RunMeta,
+        events: Vec<Event>,
+        timers: Option<Vec<TimerEntry>>,
+    ) -> Result<Started, ActorError> {
         // No read first: the compare-and-set on sequence 0 is the existence check.
         let run_id = meta.run_id.clone();
         let workflow = meta.workflow.clone();
         let now = meta.created_at;
         let add_timers: Vec<TimerEntry> =
-            events.iter().filter_map(|e| timer_of(&run_id, e)).collect();
+            timers.unwrap_or_else(|| events.iter().filter_map(|e| timer_of(&run_id, e)).collect());
         let (meta_copy, events_copy) = (meta.clone(), events.clone());
         let enqueued = meta.state == RunState::Enqueued;
         // The permit for the activation is taken before the write, so a caller that

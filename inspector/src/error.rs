@@ -37,9 +37,11 @@ impl From<reel::Error> for ApiError {
             E::InvalidState { .. } | E::RunFinished(_) | E::RunExists { .. } => {
                 StatusCode::CONFLICT
             }
-            // The run's code is not registered on this host: its state, not the
-            // request, is what stands in the way.
-            E::InvalidCut { .. } | E::VersionMismatch { .. } => StatusCode::CONFLICT,
+            // The run's code, or its queue (a fork's), is not registered on this
+            // host: its state, not the request, is what stands in the way.
+            E::InvalidCut { .. } | E::VersionMismatch { .. } | E::UnknownQueue(_) => {
+                StatusCode::CONFLICT
+            }
             E::InvalidArgument(_)
             | E::ReservedName(_)
             | E::Codec(_)

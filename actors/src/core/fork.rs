@@ -102,10 +102,13 @@ impl Core {
     /// must have ended before it (a fork does not adopt the original's children): it replays them strictly and goes on live. It is a
     /// run of the segment's workflow and version with no parent; the timers still
     /// pending at the cut are armed for it (due when they were due); its steps get
-    /// their own idempotency keys (they name the run). The original is untouched.
+    /// their own idempotency keys (they name the run). The fork of a run started
+    /// on a queue is enqueued on it (same priority, no de-duplication key). The
+    /// original is untouched.
     ///
     /// # Errors
     /// [`ActorError::UnknownRun`] for `run_id`; [`ActorError::InvalidCut`];
+    /// [`ActorError::UnknownQueue`] when the original's queue is not configured;
     /// [`ActorError::RunExists`] when `new_run_id` is taken;
     /// [`ActorError::NotRegistered`]; storage errors (an invalid `new_run_id`).
     pub async fn fork(
@@ -161,34 +164,29 @@ impl Core {
             queue: None,
         };
         let timers = LogIndex::new(&prefix).pending_timers(new_run_id);
-        let created = self
-            .store
-            .submit(Append {
-                run_id: new_run_id.to_owned(),
-                expected_seq: Some(0),
-                events: prefix.clone(),
-                meta: Some(forked.clone()),
-                add_timers: timers.clone(),
-                durable: true,
-                ..Append::default()
-            })
-            .await;
-        match created {
-            Ok(()) => {}
-            Err(StorageError::Conflict { .. }) => {
-                let existing = self.known(new_run_id).await?;
-                return Err(ActorError::RunExists {
-                    run_id: new_run_id.to_owned(),
-                    workflow: existing.workflow,
-                });
+        // A fork of a run started on a queue waits on that queue like any start
+        // on it (same priority, no de-duplication key): the queue's limits hold.
+        let created = match &meta.queue {
+            Some(entry) => {
+                let place = QueuePlace {
+                    queue: entry.name.clone(),
+                    priority: entry.priority,
+                    dedup_key: None,
+                };
+                self.enqueue_run(forked, prefix, Some(timers), place)
+                    .await?
             }
-            Err(e) => return Err(e.into()),
+            None => self.create_with(forked, prefix, Some(timers)).await?,
+        };
+        if created == Started::Existing {
+            let existing = self.known(new_run_id).await?;
+            return Err(ActorError::RunExists {
+                run_id: new_run_id.to_owned(),
+                workflow: existing.workflow,
+            });
         }
-        metrics::counter!(reel_storage::metrics::RUNS_STARTED).increment(1);
         tracing::info!(run_id, at_seq, fork = new_run_id, "reel: run forked");
-        self.schedule_timers(timers);
-        self.deliver_with(new_run_id, Resume, Box::new((forked, prefix)))
-            .await
+        Ok(())
     }
 }
 

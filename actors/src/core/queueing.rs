@@ -61,16 +61,34 @@ impl Core {
         self.check_open()?;
         check_run_id(run_id)?;
         self.check_registered(workflow, version)?;
+        let (meta, mut events) = self.new_run(workflow, version, run_id, input, None, deadline);
+        events.extend(first);
+        self.enqueue_run(meta, events, None, place).await
+    }
+
+    /// Writes a run built by the caller (`meta`, `events`) enqueued at `place`,
+    /// with `timers` armed for it (by default, those its events schedule), and
+    /// hands it to its queue: the reservation of its order number and key, and
+    /// what becomes of them when the write does not create the run.
+    ///
+    /// # Errors
+    /// As [`Core::enqueue`].
+    pub(super) async fn enqueue_run(
+        &self,
+        mut meta: RunMeta,
+        events: Vec<Event>,
+        timers: Option<Vec<TimerEntry>>,
+        place: QueuePlace,
+    ) -> Result<Started, ActorError> {
+        let run_id = meta.run_id.clone();
         let shared = self.store.admission().is_some();
         let order = if shared {
-            self.reserve_shared(&place, run_id).await?
+            self.reserve_shared(&place, &run_id).await?
         } else {
             self.queues
-                .reserve(&place.queue, run_id, place.dedup_key.as_ref())?
+                .reserve(&place.queue, &run_id, place.dedup_key.as_ref())?
         };
         let (queue, key) = (place.queue.clone(), place.dedup_key.clone());
-        let (mut meta, mut events) = self.new_run(workflow, version, run_id, input, None, deadline);
-        events.extend(first);
         meta.state = RunState::Enqueued;
         meta.queue = Some(QueueEntry {
             name: place.queue.clone(),
@@ -78,7 +96,7 @@ impl Core {
             order,
             dedup_key: place.dedup_key,
         });
-        let created = self.create(meta, events).await;
+        let created = self.create_with(meta, events, timers).await;
         if shared {
             // The store refused the creation without a run of this id: another
             // host's run took the key since the check.
@@ -92,9 +110,9 @@ impl Core {
                 }
             }
         } else if matches!(created, Ok(Started::Created)) {
-            self.queues.created(&queue, run_id, key.as_ref());
+            self.queues.created(&queue, &run_id, key.as_ref());
         } else {
-            self.queues.unreserve(&queue, run_id);
+            self.queues.unreserve(&queue, &run_id);
         }
         created
     }

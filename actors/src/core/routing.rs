@@ -50,25 +50,6 @@ impl Core {
         self.deliver_to(run_id, msg).await
     }
 
-    /// [`Core::deliver`] to a run just written, handing the actor that activates
-    /// it first (this delivery's, or one of a message that came first) the run's
-    /// state as written (`preload`) instead of reading it back.
-    pub(super) async fn deliver_with<M>(
-        &self,
-        run_id: &str,
-        msg: M,
-        preload: Preload,
-    ) -> Result<(), ActorError>
-    where
-        M: Clone + Send + Mailable + 'static,
-        RunActor: Message<M, Reply = Result<(), ActorError>>,
-    {
-        self.stash_fresh(run_id, preload);
-        let delivered = self.deliver_to(run_id, msg).await;
-        self.drop_fresh(run_id);
-        delivered
-    }
-
     async fn deliver_to<M>(&self, run_id: &str, msg: M) -> Result<(), ActorError>
     where
         M: Clone + Send + Mailable + 'static,
