@@ -135,6 +135,26 @@ fn child_results(events: &[Event]) -> BTreeMap<String, usize> {
     m
 }
 
+/// Asserts the parent's log holds no child result twice.
+fn no_result_twice(events: &[Event], iter: u32) {
+    let results = child_results(events);
+    assert!(
+        results.values().all(|n| *n == 1),
+        "iteration {iter}: {results:?}"
+    );
+}
+
+/// Asserts the parent's log holds every child's result, each once.
+fn every_result_once(events: &[Event], iter: u32) {
+    let results = child_results(events);
+    assert_eq!(
+        results.len(),
+        KIDS as usize,
+        "iteration {iter}: {results:?}"
+    );
+    no_result_twice(events, iter);
+}
+
 fn expected() -> Vec<u32> {
     (0..KIDS).map(|i| i * 10).collect()
 }
@@ -151,16 +171,7 @@ async fn children_ending_while_the_parent_is_passivated() -> anyhow::Result<()> 
         release_all(&host, &parent).await?;
         let got = within(LIMIT, "the parent's result", run.result()).await??;
         assert_eq!(got, expected(), "iteration {iter}");
-        let results = child_results(&run.events().await?);
-        assert_eq!(
-            results.len(),
-            KIDS as usize,
-            "iteration {iter}: {results:?}"
-        );
-        assert!(
-            results.values().all(|n| *n == 1),
-            "iteration {iter}: {results:?}"
-        );
+        every_result_once(&run.events().await?, iter);
     }
     host.shutdown().await?;
     Ok(())
@@ -185,16 +196,7 @@ async fn children_ending_while_the_parent_is_paused() -> anyhow::Result<()> {
         run.resume().await?;
         let got = within(LIMIT, "the parent's result", run.result()).await??;
         assert_eq!(got, expected(), "iteration {iter}");
-        let results = child_results(&run.events().await?);
-        assert_eq!(
-            results.len(),
-            KIDS as usize,
-            "iteration {iter}: {results:?}"
-        );
-        assert!(
-            results.values().all(|n| *n == 1),
-            "iteration {iter}: {results:?}"
-        );
+        every_result_once(&run.events().await?, iter);
     }
     host.shutdown().await?;
     Ok(())
@@ -231,11 +233,7 @@ async fn pause_and_resume_racing_children_ends() -> anyhow::Result<()> {
         within(LIMIT, "the releaser", releaser).await???;
         let got = within(LIMIT, "the parent's result", run.result()).await??;
         assert_eq!(got, expected(), "iteration {iter}");
-        let results = child_results(&run.events().await?);
-        assert!(
-            results.values().all(|n| *n == 1),
-            "iteration {iter}: {results:?}"
-        );
+        no_result_twice(&run.events().await?, iter);
     }
     host.shutdown().await?;
     Ok(())
@@ -296,11 +294,7 @@ async fn a_parent_cancelled_while_its_children_end() -> anyhow::Result<()> {
                 "iteration {iter}: kid {i}: {k:?}"
             );
         }
-        let results = child_results(&run.events().await?);
-        assert!(
-            results.values().all(|n| *n == 1),
-            "iteration {iter}: {results:?}"
-        );
+        no_result_twice(&run.events().await?, iter);
     }
     host.shutdown().await?;
     Ok(())
@@ -326,16 +320,7 @@ async fn a_parent_restarting_after_a_panic_while_children_end() -> anyhow::Resul
                 .contains(&parent),
             "the parent did panic"
         );
-        let results = child_results(&run.events().await?);
-        assert_eq!(
-            results.len(),
-            KIDS as usize,
-            "iteration {iter}: {results:?}"
-        );
-        assert!(
-            results.values().all(|n| *n == 1),
-            "iteration {iter}: {results:?}"
-        );
+        every_result_once(&run.events().await?, iter);
     }
     host.shutdown().await?;
     Ok(())
