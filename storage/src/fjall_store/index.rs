@@ -394,6 +394,7 @@ pub(super) fn page(ks: &Keyspaces, q: &RunQuery) -> Result<MetaPage> {
     let limit = q.limit.max(1);
     let mut page = MetaPage::default();
     let mut examined = 0usize;
+    let mut last: Option<ListCursor> = None;
     loop {
         let Some(position) = next_position(&mut sources, q)? else {
             return Ok(page);
@@ -403,11 +404,14 @@ pub(super) fn page(ks: &Keyspaces, q: &RunQuery) -> Result<MetaPage> {
             page.next = page.items.last().map(ListCursor::of);
             return Ok(page);
         }
-        examined += 1;
-        if examined > limit + SCAN_BUDGET {
-            page.next = Some(position);
+        if examined == limit + SCAN_BUDGET {
+            // Out of budget: the next page starts after the last position
+            // examined, so it examines this one.
+            page.next = last;
             return Ok(page);
         }
+        examined += 1;
+        last = Some(position.clone());
         let Some(bytes) = ks.runs.get(&position.run_id)? else {
             continue; // deleted since the index entry was read
         };
