@@ -52,11 +52,7 @@ impl Workflow for CollectWithSteps {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_signals_before_any_wait_arrives_in_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Collect)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Collect).await?;
     let run = host.start::<Collect>("burst", 200).await?;
     for i in 0..200u32 {
         run.signal("x", &i, &format!("s-{i}")).await?;
@@ -70,11 +66,7 @@ async fn a_burst_of_signals_before_any_wait_arrives_in_order() -> anyhow::Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_senders_each_keep_their_own_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Collect)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Collect).await?;
     let run = host.start::<Collect>("concurrent", 200).await?;
     let mut tasks = Vec::new();
     for sender in 0..4u32 {
@@ -125,11 +117,7 @@ async fn signals_interleaved_with_steps_and_passivation_keep_order() -> anyhow::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_signal_ids_in_a_burst_deliver_once() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Collect)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Collect).await?;
     let run = host.start::<Collect>("dups", 3).await?;
     run.signal("x", &1u32, "a").await?;
     run.signal("x", &99u32, "a").await?; // a retry of "a" with another body: dropped
@@ -168,11 +156,7 @@ impl Workflow for TwoWaits {
 async fn two_waits_on_one_name_take_signals_in_call_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
-    let host = Host::builder()
-        .path(&path)
-        .register(TwoWaits)
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, TwoWaits).await?;
     let run = host.start::<TwoWaits>("two", ()).await?;
     run.wait_until_suspended().await?;
     run.signal("go", "first", "1").await?;
@@ -194,11 +178,7 @@ async fn two_waits_on_one_name_take_signals_in_call_order() -> anyhow::Result<()
         events.is_err(),
         "handle of a shut-down host answers an error"
     );
-    let host = Host::builder()
-        .path(&path)
-        .register(TwoWaits)
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, TwoWaits).await?;
     let events = host.handle::<TwoWaits>("two").events().await?;
     let replayed = reel::testing::replay(TwoWaits, &events).await?;
     assert_eq!(
@@ -234,22 +214,14 @@ impl Workflow for Tolerant {
 async fn an_undecodable_signal_is_consumed_and_replays_the_same() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
-    let host = Host::builder()
-        .path(&path)
-        .register(Tolerant)
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, Tolerant).await?;
     let run = host.start::<Tolerant>("tol", ()).await?;
     run.signal("n", &1u32, "1").await?;
     run.signal("n", "oops", "2").await?;
     run.wait_until_suspended().await?;
     host.shutdown().await?;
 
-    let host = Host::builder()
-        .path(&path)
-        .register(Tolerant)
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, Tolerant).await?;
     let run = host.handle::<Tolerant>("tol");
     run.signal("n", &3u32, "3").await?;
     let got = within(LIMIT, "result", run.result()).await??;
@@ -275,12 +247,7 @@ impl Workflow for Buffered {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buffered_signal_beats_a_zero_timeout() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(TestClock::new(t0()))
-        .register(Buffered)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &TestClock::new(t0()), Buffered).await?;
     for timeout in [0u64, 1, 1000] {
         let run = host
             .start::<Buffered>(&format!("b-{timeout}"), timeout)
@@ -314,12 +281,7 @@ impl Workflow for ZeroThenWait {
 async fn a_zero_timeout_with_nothing_buffered_times_out_and_consumes_nothing() -> anyhow::Result<()>
 {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(TestClock::new(t0()))
-        .register(ZeroThenWait)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &TestClock::new(t0()), ZeroThenWait).await?;
     let run = host.start::<ZeroThenWait>("z", ()).await?;
     // A zero deadline is a timer like any other: the run suspends and the timer
     // service fires it. Send the signal once the deadline is in the log.
@@ -352,11 +314,7 @@ impl Workflow for Names {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signals_route_by_name_whatever_the_send_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Names)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Names).await?;
     let run = host.start::<Names>("n", ()).await?;
     run.signal("", "empty", "0").await?;
     run.signal("a", "a1", "1").await?;
@@ -386,11 +344,7 @@ impl Workflow for ReadyOne {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_to_a_finished_run_with_leftover_signals_is_refused() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(ReadyOne)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), ReadyOne).await?;
     let run = host.start::<ReadyOne>("left", ()).await?;
     run.signal("x", &1u32, "1").await?;
     run.signal("x", &2u32, "2").await?;
@@ -438,24 +392,14 @@ async fn multi_megabyte_payloads_survive_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(Big)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(&path, &clock, Big).await?;
     let run = host.start::<Big>("big", ()).await?;
     let blob: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
     run.signal("blob", &blob, "b").await?;
     run.wait_until_suspended().await?;
     host.shutdown().await?;
     clock.advance(Duration::from_secs(1));
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(Big)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(&path, &clock, Big).await?;
     let got = within(LIMIT, "result", host.handle::<Big>("big").result()).await??;
     assert_eq!(got, 8 << 20);
     host.shutdown().await?;
@@ -487,12 +431,7 @@ async fn zero_timeout_waits_drain_a_buffer_in_order_and_stop_when_empty() -> any
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(Drain)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(&path, &clock, Drain).await?;
     let run = host.start::<Drain>("d", ()).await?;
     for i in 0..20u32 {
         run.signal("v", &i, &format!("v-{i}")).await?;
@@ -501,12 +440,7 @@ async fn zero_timeout_waits_drain_a_buffer_in_order_and_stop_when_empty() -> any
     let got = within(LIMIT, "result", run.result()).await??;
     assert_eq!(got, (0..20).collect::<Vec<_>>());
     host.shutdown().await?;
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(Drain)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(&path, &clock, Drain).await?;
     let events = host.handle::<Drain>("d").events().await?;
     assert_eq!(
         reel::testing::replay(Drain, &events).await?,
@@ -535,11 +469,7 @@ impl Workflow for Approvals {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_of_one_name_in_a_burst_arrive_in_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Approvals)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Approvals).await?;
     let run = host.start::<Approvals>("a", ()).await?;
     run.approve("ship", false, Some("no".into())).await?;
     run.approve("ship", true, None).await?;
@@ -583,22 +513,14 @@ impl Workflow for ManyWaits {
 async fn fifty_concurrent_waits_on_one_name_take_signals_in_call_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
-    let host = Host::builder()
-        .path(&path)
-        .register(ManyWaits)
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, ManyWaits).await?;
     let run = host.start::<ManyWaits>("mw", ()).await?;
     for i in 0..20u32 {
         run.signal("v", &(i + 100), &format!("v-{i}")).await?;
     }
     run.wait_until_suspended().await?;
     host.shutdown().await?;
-    let host = Host::builder()
-        .path(&path)
-        .register(ManyWaits)
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, ManyWaits).await?;
     let run = host.handle::<ManyWaits>("mw");
     for i in 20..50u32 {
         run.signal("v", &(i + 100), &format!("v-{i}")).await?;
@@ -626,13 +548,13 @@ async fn multi_megabyte_input_and_output() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
     let input: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 253) as u8).collect();
-    let host = Host::builder().path(&path).register(Echo).build().await?;
+    let host = common::hosts::open(&path, Echo).await?;
     host.start::<Echo>("e", input.clone())
         .await?
         .wait_until_suspended()
         .await?;
     host.shutdown().await?;
-    let host = Host::builder().path(&path).register(Echo).build().await?;
+    let host = common::hosts::open(&path, Echo).await?;
     let run = host.handle::<Echo>("e");
     run.signal("go", &(), "g").await?;
     let out = within(LIMIT, "result", run.result()).await??;

@@ -1,0 +1,27 @@
+//! The hosts most tests open: one store directory, one workflow type, perhaps a
+//! test clock, every other setting at its default.
+
+use std::path::PathBuf;
+
+use reel::testing::TestClock;
+use reel::{Host, Workflow};
+
+/// A host over the store at `path` running `workflow`, with default settings.
+pub async fn open<W: Workflow>(path: impl Into<PathBuf>, workflow: W) -> reel::Result<Host> {
+    Host::builder().path(path).register(workflow).build().await
+}
+
+/// A host over the store at `path` on `clock` running `workflow`, with default
+/// settings otherwise.
+pub async fn open_on<W: Workflow>(
+    path: impl Into<PathBuf>,
+    clock: &TestClock,
+    workflow: W,
+) -> reel::Result<Host> {
+    Host::builder()
+        .path(path)
+        .clock(clock.clone())
+        .register(workflow)
+        .build()
+        .await
+}
