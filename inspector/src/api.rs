@@ -151,6 +151,10 @@ pub(crate) async fn records(
             _ => {}
         }
     }
+    // An empty page with no `next` reads as the end of the log.
+    if limit == 0 {
+        return Err(ApiError::bad_request("`limit` must be at least 1"));
+    }
     let all = s.host.run(&id).records().await?;
     let mut fresh = all.iter().filter(|r| after.is_none_or(|a| r.seq > a));
     let page: Vec<Value> = fresh.by_ref().take(limit).map(record_to_json).collect();

@@ -31,7 +31,7 @@
 //! | `GET /api/runs?status=failed,parked&workflow=&parent=&created_after=&created_before=&limit=&cursor=&order=asc\|desc` | one page of runs, `{"runs", "next"}` (`next`: the cursor of the next page) |
 //! | `GET /api/count` | `{"total", "by_status"}` |
 //! | `GET /api/runs/{id}` | the run: status, children, creation time |
-//! | `GET /api/runs/{id}/records?after=&limit=` | its log, payloads decoded to JSON ([`event_to_json`]) |
+//! | `GET /api/runs/{id}/records?after=&limit=` | its log, payloads decoded to JSON ([`event_to_json`]); `{"records", "next"}` (`next`: the `after` of the next page; `limit` at least 1) |
 //! | `GET /api/runs/{id}/watch` | its records as server-sent events (`id` = sequence number) |
 //! | `POST /api/runs/{id}/{signal,cancel,terminate,pause,resume,retry,fork,delete}` | the actions; 403 in read-only mode |
 //!
