@@ -22,7 +22,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use common::{Gate, until_log, waits_on, within};
 use futures::future::{Either, select};
 use reel::testing::{self, Replayed, TestClock};
-use reel::{Ctx, Event, Host, RunHandle, Workflow};
+use reel::{Ctx, Event, RunHandle, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(3600);
@@ -113,11 +113,7 @@ async fn wake_three_times<W: Workflow>(run: &RunHandle<W>) -> anyhow::Result<W::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_that_lost_to_a_step_does_not_run_again() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(LosesToStep)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), LosesToStep).await?;
     let run = host.start::<LosesToStep>("lost-to-step", ()).await?;
 
     let out = wake_three_times(&run).await?;
@@ -143,12 +139,7 @@ async fn step_that_lost_to_a_step_does_not_run_again() -> anyhow::Result<()> {
 async fn step_that_lost_to_a_timer_does_not_run_again() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(LosesToTimer)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, LosesToTimer).await?;
     let run = host.start::<LosesToTimer>("lost-to-timer", ()).await?;
     // The body runs and the timer is armed: then the timer comes due.
     until_log(&run, LIMIT, "the race", |e| {

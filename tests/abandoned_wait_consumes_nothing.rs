@@ -18,7 +18,7 @@ use std::time::Duration;
 use common::{until_log, waits_on, within};
 use futures::future::{Either, select};
 use reel::testing::{self, Replayed};
-use reel::{Ctx, Host, Workflow};
+use reel::{Ctx, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(3);
 
@@ -65,11 +65,7 @@ impl Workflow for LostRaceThenWait {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_out_wait_leaves_the_signal_to_the_next_wait() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(TimedOutThenWait)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), TimedOutThenWait).await?;
     let run = host.start::<TimedOutThenWait>("timed-out", ()).await?;
     // The second wait is opened only once the first one has timed out.
     until_log(&run, LIMIT, "the wait after the timeout", |e| {
@@ -94,11 +90,7 @@ async fn timed_out_wait_leaves_the_signal_to_the_next_wait() -> anyhow::Result<(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_dropped_by_a_lost_race_leaves_the_signal_to_the_next_wait() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(LostRaceThenWait)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), LostRaceThenWait).await?;
     let run = host.start::<LostRaceThenWait>("lost-race", ()).await?;
     // The second wait is opened only once the timer has won the race.
     until_log(&run, LIMIT, "the wait after the race", |e| {

@@ -123,11 +123,7 @@ async fn an_untyped_handle_signals_reads_and_checks_the_type() -> anyhow::Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untyped_handle_cancels() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Cart)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Cart).await?;
     host.start::<Cart>("c2", ()).await?;
     let run = host.run("c2");
     within(LIMIT, "the run to wait", run.wait_until_suspended()).await??;

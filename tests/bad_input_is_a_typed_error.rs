@@ -168,11 +168,7 @@ async fn crash_loop_is_parked_and_harms_no_other_run() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_a_waiting_run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Echo)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Echo).await?;
     let run = host.start::<Echo>("c-1", "x".into()).await?;
     run.wait_until_suspended().await?;
     run.cancel("customer left").await?;
@@ -215,11 +211,7 @@ impl Workflow for Review {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reserved_signal_names_are_refused() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Review)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Review).await?;
     let run = host.start::<Review>("r-1", ()).await?;
     run.wait_until_suspended().await?;
     // A plain signal cannot forge an approval.

@@ -174,13 +174,7 @@ async fn cancel_in_a_select_runs_a_cleanup_that_sleeps_across_a_restart() -> any
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
     let clock = TestClock::new(t0());
-    let open = || {
-        Host::builder()
-            .path(&path)
-            .clock(clock.clone())
-            .register(Chooser)
-            .build()
-    };
+    let open = || common::hosts::open_on(&path, &clock, Chooser);
     let host = open().await?;
     let run = host.start::<Chooser>("c", ()).await?;
     run.wait_until_suspended().await?;
@@ -265,7 +259,7 @@ async fn result_of_failed_runs_is_the_recorded_typed_error_also_after_a_restart(
 -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
-    let open = || Host::builder().path(&path).register(Fails).build();
+    let open = || common::hosts::open(&path, Fails);
     let host = open().await?;
     let mut got = Vec::new();
     for how in 0..5u8 {
@@ -314,12 +308,7 @@ async fn result_of_failed_runs_is_the_recorded_typed_error_also_after_a_restart(
 async fn many_result_callers_all_see_the_end() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Chooser)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, Chooser).await?;
     let run = host.start::<Chooser>("c", ()).await?;
     let mut waiters = Vec::new();
     for _ in 0..20 {
@@ -371,7 +360,7 @@ async fn after_a_cancel_every_primitive_fails_at_once_and_a_value_completes() ->
 {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
-    let open = || Host::builder().path(&path).register(Eager).build();
+    let open = || common::hosts::open(&path, Eager);
     let host = open().await?;
     let run = host.start::<Eager>("e", ()).await?;
     run.wait_until_suspended().await?;
@@ -409,11 +398,7 @@ impl Workflow for Grumpy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_error_after_a_cancel_ends_the_run_cancelled_with_the_reason() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Grumpy)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Grumpy).await?;
     let run = host.start::<Grumpy>("g", ()).await?;
     run.wait_until_suspended().await?;
     within(LIMIT, "cancel", run.cancel("bye")).await??;
@@ -426,11 +411,7 @@ async fn any_error_after_a_cancel_ends_the_run_cancelled_with_the_reason() -> an
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_result_call_ends_with_shutdown_when_the_host_stops() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Grumpy)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Grumpy).await?;
     let run = host.start::<Grumpy>("g", ()).await?;
     run.wait_until_suspended().await?;
     let waiter = {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use common::{Gate, within};
 use reel::testing::TestClock;
-use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
+use reel::{Ctx, Error, Event, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(3);
 const NAP_MS: u64 = 150;
@@ -57,12 +57,7 @@ impl Workflow for CancelMe {
 async fn cancel_while_a_step_body_runs_ends_the_run_for_good() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(std::time::SystemTime::now());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(CancelMe)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, CancelMe).await?;
     let run = host.start::<CancelMe>("cancel-1", ()).await?;
     within(LIMIT, "the step body to start", BODY_STARTED.wait()).await?;
 

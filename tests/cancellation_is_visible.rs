@@ -57,11 +57,7 @@ impl Workflow for Booking {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanup_runs_after_cancel_and_survives_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Booking)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Booking).await?;
     let run = host.start::<Booking>("b-1", ()).await?;
     run.wait_until_suspended().await?;
     run.request_cancel("customer left").await?;
@@ -77,11 +73,7 @@ async fn cleanup_runs_after_cancel_and_survives_a_restart() -> anyhow::Result<()
 
     // The request is durable: the cleanup goes on after a restart, without running
     // the release again.
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Booking)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Booking).await?;
     let run = host.handle::<Booking>("b-1");
     run.signal("released-ack", &true, "ack-1").await?;
     assert_eq!(
@@ -140,11 +132,7 @@ impl Workflow for LongWork {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_shielded_step_body_sees_the_cancel() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(LongWork)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), LongWork).await?;
     let run = host.start::<LongWork>("w-1", ()).await?;
     BODY_STARTED.wait().await;
     within(LIMIT, "cancel", run.cancel("enough")).await??;
@@ -267,11 +255,7 @@ impl Workflow for Patient {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_may_complete_after_a_cancel() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Patient)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Patient).await?;
     let run = host.start::<Patient>("p-1", ()).await?;
     run.signal("tick", &2u32, "t1").await?;
     run.signal("tick", &3u32, "t2").await?;
@@ -287,13 +271,7 @@ async fn a_handler_may_complete_after_a_cancel() -> anyhow::Result<()> {
 async fn a_run_deadline_cancels_it_across_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
-    let open = || {
-        Host::builder()
-            .path(dir.path())
-            .clock(clock.clone())
-            .register(Patient)
-            .build()
-    };
+    let open = || common::hosts::open_on(dir.path(), &clock, Patient);
     let host = open().await?;
     let options = StartOptions::default().timeout(HOUR);
     let run = host.start_with::<Patient>("d-1", (), options).await?;

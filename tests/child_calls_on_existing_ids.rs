@@ -139,12 +139,7 @@ async fn odd_step_names_keep_their_ids_apart_across_replay() -> anyhow::Result<(
     let odd = Odd {
         bodies: Counter::default(),
     };
-    let open = || {
-        Host::builder()
-            .path(dir.path())
-            .register(odd.clone())
-            .build()
-    };
+    let open = || common::hosts::open(dir.path(), odd.clone());
     let host = open().await?;
     let run = host.start::<Odd>("odd", ()).await?;
     within(LIMIT, "the wait", run.wait_until_suspended()).await??;

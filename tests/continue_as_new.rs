@@ -374,11 +374,7 @@ async fn continuing_to_an_unregistered_version_parks_until_it_is_registered() ->
 {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("store");
-    let host = Host::builder()
-        .path(&store)
-        .register(UpgradeV1)
-        .build()
-        .await?;
+    let host = common::hosts::open(&store, UpgradeV1).await?;
     let run = host.start::<UpgradeV1>("up", "in".to_owned()).await?;
     let err = within(LIMIT, "the park", run.result())
         .await?

@@ -52,11 +52,7 @@ impl Workflow for Changed {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn divergence_parks_run_without_touching_its_log() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Original)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Original).await?;
     let run = host.start::<Original>("o-1", ()).await?;
     run.wait_until_suspended().await?;
     let before = run.events().await?;
@@ -108,11 +104,7 @@ async fn divergence_parks_run_without_touching_its_log() -> anyhow::Result<()> {
     host.shutdown().await?;
 
     // The fix: the original code again. The parked run resumes on restart.
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Original)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Original).await?;
     assert_eq!(host.handle::<Original>("o-1").result().await?, "1-now");
     host.shutdown().await?;
     Ok(())

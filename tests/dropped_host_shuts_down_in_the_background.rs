@@ -37,7 +37,7 @@ impl Workflow for Echo {
 }
 
 async fn open(dir: &std::path::Path) -> reel::Result<Host> {
-    Host::builder().path(dir).register(Echo).build().await
+    common::hosts::open(dir, Echo).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,11 +4,13 @@
 //! a host without the cap reopens the store and every run that was acknowledged is
 //! intact, and every unfinished run resumes and completes.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use reel::{Ctx, Error, Host, RunStatus, Workflow};
+use reel::{Ctx, Error, RunStatus, Workflow};
 
 const CHILD_ENV: &str = "REEL_FULL_DISK_CHILD_DIR";
 
@@ -56,7 +58,7 @@ fn child(dir: &Path) {
         .build()
         .expect("rt");
     rt.block_on(async {
-        let host = match Host::builder().path(dir).register(Fill).build().await {
+        let host = match common::hosts::open(dir, Fill).await {
             Ok(h) => h,
             Err(e) => {
                 println!("open-error {e}");
@@ -135,12 +137,7 @@ fn full_disk_loses_nothing() {
         .build()
         .expect("rt");
     rt.block_on(async {
-        let host = Host::builder()
-            .path(dir.path())
-            .register(Fill)
-            .build()
-            .await
-            .expect("reopen");
+        let host = common::hosts::open(dir.path(), Fill).await.expect("reopen");
         for (id, v) in &acked {
             let h = host.handle::<Fill>(id);
             assert_eq!(

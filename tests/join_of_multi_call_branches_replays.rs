@@ -50,11 +50,7 @@ const EXPECTED: [u32; 4] = [1, 2, 10, 11];
 const LIMIT: Duration = Duration::from_secs(3);
 
 async fn open(dir: &std::path::Path) -> reel::Result<Host> {
-    Host::builder()
-        .path(dir)
-        .register(TwoBranches)
-        .build()
-        .await
+    common::hosts::open(dir, TwoBranches).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

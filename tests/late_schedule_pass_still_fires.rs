@@ -111,12 +111,7 @@ async fn a_pass_retried_after_storage_errors_still_fires() -> anyhow::Result<()>
 async fn late_within_a_minute_fires_and_later_is_skipped() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Report)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, Report).await?;
     host.schedule::<Report>("hourly", hourly(), 1).await?;
 
     // Hour 1 is handled 59 s late (a pass that took that long, a host that was

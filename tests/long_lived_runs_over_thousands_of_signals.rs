@@ -55,7 +55,7 @@ impl Workflow for Accumulator {
 }
 
 async fn open(dir: &std::path::Path, w: Accumulator) -> reel::Result<Host> {
-    Host::builder().path(dir).register(w).build().await
+    common::hosts::open(dir, w).await
 }
 
 fn zero() -> Acc {
@@ -242,11 +242,7 @@ impl Workflow for LateKey {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn published_values_and_waiters_span_segments() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(LateKey)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), LateKey).await?;
     let run = host.start::<LateKey>("lk", 0).await?;
     let waiter = tokio::spawn({
         let run = run.clone();
@@ -445,11 +441,7 @@ impl Workflow for PublishThenContinue {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_published_right_before_continue_as_new_wakes_its_waiter() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(PublishThenContinue)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), PublishThenContinue).await?;
     let run = host.start::<PublishThenContinue>("r", 0).await?;
     let waiter = tokio::spawn({
         let run = run.clone();

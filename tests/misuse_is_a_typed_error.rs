@@ -47,11 +47,7 @@ fn invalid_state(r: reel::Result<()>, run: &str, state: StatusKind, action: &str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_and_cancelled_runs_refuse_operations_and_stay_as_they_are() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Flaky)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Flaky).await?;
     let failed = host.start::<Flaky>("failed", true).await?;
     assert!(matches!(
         within(LIMIT, "the failure", failed.result()).await?,
@@ -241,11 +237,7 @@ async fn invalid_run_ids_are_refused_at_every_entry_point() -> anyhow::Result<()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handles_after_shutdown_answer_shutdown() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Flaky)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Flaky).await?;
     let waiting = host.start::<Flaky>("w", false).await?;
     within(LIMIT, "the wait", waiting.wait_until_suspended()).await??;
     let pending = tokio::spawn({
@@ -278,11 +270,7 @@ async fn handles_after_shutdown_answer_shutdown() -> anyhow::Result<()> {
     clone.shutdown().await?;
 
     // Nothing was lost or changed by the refused calls.
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Flaky)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Flaky).await?;
     assert!(matches!(
         host.run("new").status().await,
         Err(Error::UnknownRun(_))
@@ -335,11 +323,7 @@ async fn fork_from_each_step_of_a_finished_run_reruns_only_what_follows() -> any
         b: Counter::default(),
         c: Counter::default(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .register(three.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), three.clone()).await?;
     let run = host.start::<Three>("orig", 10).await?;
     run.signal("more", &100u32, "m1").await?;
     assert_eq!(within(LIMIT, "orig", run.result()).await??, 111);
@@ -406,11 +390,7 @@ async fn fork_of_a_waiting_run_leaves_the_original_waiting() -> anyhow::Result<(
         b: Counter::default(),
         c: Counter::default(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .register(three.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), three.clone()).await?;
     let run = host.start::<Three>("w", 1).await?;
     within(LIMIT, "the wait", run.wait_until_suspended()).await??;
     let records = run.records().await?;

@@ -95,11 +95,7 @@ impl Workflow for SelfTalk {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_can_signal_itself() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(SelfTalk)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), SelfTalk).await?;
     let run = host.start::<SelfTalk>("me", ()).await?;
     assert_eq!(within(LIMIT, "result", run.result()).await??, "to myself");
     host.shutdown().await?;

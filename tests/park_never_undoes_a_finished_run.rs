@@ -2,6 +2,8 @@
 //! (the park read the run before it finished and writes after) stays finished. It is
 //! not put back into the active set, so the next host does not run it a second time.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -72,11 +74,7 @@ async fn a_run_finishing_while_it_is_parked_stays_finished() -> anyhow::Result<(
         "the finished run is back in the active set"
     );
     drop(store);
-    let host = Host::builder()
-        .path(dir.path())
-        .register(flaky)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), flaky).await?;
     assert_eq!(
         host.handle::<Flaky>("r").status().await?,
         RunStatus::Completed

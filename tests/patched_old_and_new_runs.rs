@@ -6,6 +6,8 @@
 //! (`ctx.deprecate_patch`) and then code with the call removed resume both kinds of
 //! run; an empty patch id parks the run.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -112,7 +114,7 @@ fn markers(events: &[Event]) -> usize {
 }
 
 async fn host<W: Workflow>(dir: &std::path::Path, w: W) -> reel::Result<Host> {
-    Host::builder().path(dir).register(w).build().await
+    common::hosts::open(dir, w).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::within;
-use reel::{Ctx, Error, Host, RunStatus, Workflow};
+use reel::{Ctx, Error, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -42,11 +42,7 @@ impl Workflow for Busy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_new_runs_after_a_pause_is_acknowledged() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Busy)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Busy).await?;
     let mut ended_while_paused = Vec::new();
     for iter in 0..30u32 {
         ACKED.store(false, Ordering::SeqCst);
@@ -105,11 +101,7 @@ impl Workflow for OneShot {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_acknowledged_as_the_handler_returns_keeps_the_run_paused() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(OneShot)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), OneShot).await?;
     let mut bad = Vec::new();
     let mut acked = 0;
     for iter in 0..150u32 {

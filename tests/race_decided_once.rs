@@ -140,11 +140,7 @@ async fn signal_that_beat_a_timer_stays_the_winner() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_approval_stays_the_decision() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(FirstDecision)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), FirstDecision).await?;
     let run = host.start::<FirstDecision>("race-b", ()).await?;
     within(LIMIT, "the race", run.wait_until_suspended()).await??;
 

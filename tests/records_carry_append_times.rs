@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::within;
-use reel::{Ctx, Event, Host, Workflow};
+use reel::{Ctx, Event, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -33,12 +33,12 @@ async fn records_are_numbered_and_timed() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("store");
     let before = SystemTime::now() - Duration::from_secs(1);
-    let host = Host::builder().path(&path).register(Timed).build().await?;
+    let host = common::hosts::open(&path, Timed).await?;
     let run = host.start::<Timed>("timed-1", ()).await?;
     run.wait_until_suspended().await?;
     host.shutdown().await?;
 
-    let host = Host::builder().path(&path).register(Timed).build().await?;
+    let host = common::hosts::open(&path, Timed).await?;
     let run = host.handle::<Timed>("timed-1");
     run.signal("go", &7u32, "go-1").await?;
     assert_eq!(within(LIMIT, "the result", run.result()).await??, 7);

@@ -60,11 +60,7 @@ async fn racing_starts_of_one_id_make_one_run() -> anyhow::Result<()> {
     let once = Once {
         runs: Counter::default(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .register(once.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), once.clone()).await?;
     let mut tasks = Vec::new();
     for i in 0..16u32 {
         let host = host.clone();
@@ -101,20 +97,12 @@ async fn a_second_start_with_other_input_returns_the_first_result_across_restart
     let once = Once {
         runs: Counter::default(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .register(once.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), once.clone()).await?;
     assert_eq!(host.start::<Once>("r", 1).await?.result().await?, 2);
     assert_eq!(host.start::<Once>("r", 100).await?.result().await?, 2);
     host.shutdown().await?;
 
-    let host = Host::builder()
-        .path(dir.path())
-        .register(once.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), once.clone()).await?;
     let again = host.start::<Once>("r", 7).await?;
     assert_eq!(within(LIMIT, "the result", again.result()).await??, 2);
     assert_eq!(again.status().await?, RunStatus::Completed);
@@ -226,12 +214,7 @@ async fn a_start_at_another_version_returns_the_existing_run_and_a_typed_decode_
 async fn a_second_start_does_not_add_a_timeout() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Waiter)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, Waiter).await?;
     let run = host.start::<Waiter>("w", ()).await?;
     within(LIMIT, "the wait", run.wait_until_suspended()).await??;
     host.start_with::<Waiter>(

@@ -3,12 +3,14 @@
 //! original and the changed handler side by side, and a property test that random
 //! step/sleep/signal programs recorded by a real host replay to the same outcome.
 
+mod common;
+
 use std::time::Duration;
 
 use futures::future::join;
 use proptest::prelude::*;
 use reel::testing::{History, Replayed, replay};
-use reel::{Ctx, Error, Event, Host, Payload, Workflow};
+use reel::{Ctx, Error, Event, Payload, Workflow};
 use serde::{Deserialize, Serialize};
 
 fn payload<T: Serialize>(v: &T) -> Payload {
@@ -349,7 +351,7 @@ proptest! {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
         rt.block_on(async {
             let dir = tempfile::tempdir()?;
-            let host = Host::builder().path(dir.path()).register(Program).build().await?;
+            let host = common::hosts::open(dir.path(), Program).await?;
             let run = host.start::<Program>("p", ops.clone()).await?;
             // Signals may arrive before their wait: they are buffered.
             for (i, op) in ops.iter().enumerate() {

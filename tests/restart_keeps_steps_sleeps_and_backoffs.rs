@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Counter, Gate, within};
 use reel::testing::TestClock;
-use reel::{Ctx, Error, Event, Failure, Host, RetryPolicy, RunStatus, Workflow};
+use reel::{Ctx, Error, Event, Failure, RetryPolicy, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -92,11 +92,7 @@ async fn shutdown_with_many_runs_mid_step_loses_nothing_and_reruns_nothing_recor
         bodies: bodies.clone(),
         seen: seen.clone(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .register(first.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), first.clone()).await?;
     for i in 0..RUNS {
         host.start::<Mid>(&format!("m{i:03}"), i).await?;
     }
@@ -127,11 +123,7 @@ async fn shutdown_with_many_runs_mid_step_loses_nothing_and_reruns_nothing_recor
         seen: seen.clone(),
     };
     second.gate.open();
-    let host = Host::builder()
-        .path(dir.path())
-        .register(second)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), second).await?;
     for i in 0..RUNS {
         let h = host.handle::<Mid>(&format!("m{i:03}"));
         assert_eq!(
@@ -206,12 +198,7 @@ async fn durable_sleeps_across_a_restart_fire_when_due() -> anyhow::Result<()> {
     let nap = Nap {
         after: Counter::default(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(nap.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, nap.clone()).await?;
     let short = host.start::<Nap>("short", 1).await?;
     let long = host.start::<Nap>("long", 10).await?;
     within(LIMIT, "short", short.wait_until_suspended()).await??;
@@ -220,12 +207,7 @@ async fn durable_sleeps_across_a_restart_fire_when_due() -> anyhow::Result<()> {
 
     // Two hours pass while no host runs.
     clock.advance(Duration::from_secs(2 * 3600));
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(nap.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, nap.clone()).await?;
     let short = host.handle::<Nap>("short");
     let long = host.handle::<Nap>("long");
     let (b, a) = within(LIMIT, "the overdue timer", short.result()).await??;
@@ -292,12 +274,7 @@ async fn backoffs_follow_the_policy_and_its_cap() -> anyhow::Result<()> {
             .with_backoff(Duration::from_secs(10), Duration::from_secs(25))
             .with_multiplier(2.0),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(retry.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, retry.clone()).await?;
     let run = host.start::<Retry>("r", ()).await?;
     assert_eq!(within(LIMIT, "the retries", run.result()).await??, 5);
     assert_eq!(
@@ -329,12 +306,7 @@ async fn a_backoff_pending_at_shutdown_goes_on_with_the_next_attempt_number() ->
             .with_max_attempts(3)
             .with_backoff(Duration::from_secs(3600), Duration::from_secs(3600)),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(retry.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, retry.clone()).await?;
     let run = host.start::<Retry>("r", ()).await?;
     within(LIMIT, "the backoff", run.wait_until_suspended()).await??;
     assert_eq!(
@@ -344,12 +316,7 @@ async fn a_backoff_pending_at_shutdown_goes_on_with_the_next_attempt_number() ->
     host.shutdown().await?;
 
     clock.advance(Duration::from_secs(3 * 3600));
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(retry.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, retry.clone()).await?;
     let run = host.handle::<Retry>("r");
     // Attempt 2 runs at once; attempt 3 an hour after it.
     within(LIMIT, "the second backoff", run.wait_until_suspended()).await??;
@@ -376,12 +343,7 @@ async fn zero_max_attempts_means_one_and_exhaustion_keeps_every_attempt() -> any
         attempts: Arc::default(),
         policy: RetryPolicy::default().with_max_attempts(0),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(zero.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, zero.clone()).await?;
     let run = host.start::<Retry>("z", ()).await?;
     match within(LIMIT, "the failure", run.result()).await? {
         Err(Error::Step { step, message }) => {
@@ -404,12 +366,7 @@ async fn zero_max_attempts_means_one_and_exhaustion_keeps_every_attempt() -> any
         attempts: Arc::default(),
         policy: RetryPolicy::default().with_max_attempts(4),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(four.clone())
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, four.clone()).await?;
     let run = host.start::<Retry>("f", ()).await?;
     assert!(matches!(
         within(LIMIT, "the failure", run.result()).await?,

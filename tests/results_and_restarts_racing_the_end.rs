@@ -33,7 +33,7 @@ impl Workflow for Once {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_callers_race_the_end_and_the_shutdown() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let open = || Host::builder().path(dir.path()).register(Once).build();
+    let open = || common::hosts::open(dir.path(), Once);
     let mut tally = BTreeMap::new();
     for iter in 0..25u32 {
         let host = open().await?;

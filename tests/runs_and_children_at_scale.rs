@@ -50,11 +50,7 @@ impl Workflow for Waiter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_concurrent_runs_complete() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Small)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Small).await?;
     let starts = (0..10_000u32).map(|i| {
         let host = &host;
         async move { host.start::<Small>(&format!("r{i}"), i).await }
@@ -177,11 +173,7 @@ async fn concurrent_starts_of_one_id_make_one_run() -> anyhow::Result<()> {
             Ok(())
         }
     }
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Once(ran.clone()))
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Once(ran.clone())).await?;
     let handles = try_join_all((0..20).map(|_| host.start::<Once>("same", ()))).await?;
 
     for h in &handles {

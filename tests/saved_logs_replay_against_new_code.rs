@@ -82,11 +82,7 @@ impl Workflow for Order {
 
 async fn live_order_log() -> anyhow::Result<(Vec<Event>, Vec<Event>, String)> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Order(Variant::Original))
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Order(Variant::Original)).await?;
     let run = host.start::<Order>("o-1", 3).await?;
     within(LIMIT, "suspended", run.wait_until_suspended()).await??;
     let waiting = saved(&run.events().await?)?;
@@ -356,11 +352,7 @@ impl Workflow for Cancellable {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_of_cancelled_runs_replay_to_the_cancel() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Cancellable)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Cancellable).await?;
     let run = host.start::<Cancellable>("x-1", ()).await?;
     within(LIMIT, "suspended", run.wait_until_suspended()).await??;
     within(LIMIT, "cancel", run.cancel("operator said so")).await??;
@@ -509,12 +501,7 @@ async fn auto_clock_with_two_hosts_waits_for_both_and_fires_in_order() -> anyhow
     let dir_a = tempfile::tempdir()?;
     let dir_b = tempfile::tempdir()?;
     let clock = TestClock::auto(t0());
-    let host_b = Host::builder()
-        .path(dir_b.path())
-        .clock(clock.clone())
-        .register(Busy)
-        .build()
-        .await?;
+    let host_b = common::hosts::open_on(dir_b.path(), &clock, Busy).await?;
     let host_a = Host::builder()
         .path(dir_a.path())
         .clock(clock.clone())

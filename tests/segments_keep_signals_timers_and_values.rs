@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::within;
 use reel::testing::TestClock;
-use reel::{Ctx, Error, Event, Host, RunStatus, Uuid, Workflow};
+use reel::{Ctx, Error, Event, RunStatus, Uuid, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -44,11 +44,7 @@ impl Workflow for OnePer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_segments_each_take_one_signal_of_a_burst_in_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(OnePer)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), OnePer).await?;
     let run = host.start::<OnePer>("op", (Vec::new(), 50)).await?;
     for i in 0..50u32 {
         run.signal("x", &i, &format!("s-{i}")).await?;
@@ -82,11 +78,7 @@ impl Workflow for Gated {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_carried_signal_keeps_its_id_so_a_resend_is_dropped() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Gated)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Gated).await?;
     let run = host.start::<Gated>("g", (Vec::new(), 3)).await?;
     run.signal("x", &1u32, "a").await?;
     run.signal("x", &2u32, "b").await?;
@@ -133,12 +125,7 @@ impl Workflow for Abandon {
 async fn a_timer_of_an_earlier_segment_does_not_end_a_sleep_of_the_new_one() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Abandon)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, Abandon).await?;
     let run = host.start::<Abandon>("ab", 0).await?;
     run.wait_until_suspended().await?;
     run.signal("next", &(), "n").await?;
@@ -193,11 +180,7 @@ impl Workflow for Spin {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_during_a_run_of_continuations_ends_it_cancelled() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Spin)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Spin).await?;
     let run = host.start::<Spin>("spin", 0).await?;
     for i in 0..5 {
         run.signal("tick", &(), &format!("t-{i}")).await?;
@@ -231,11 +214,7 @@ impl Workflow for PubThenContinue {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_published_before_continuing_as_new_is_still_readable() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(PubThenContinue)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), PubThenContinue).await?;
     let run = host.start::<PubThenContinue>("pc", 0).await?;
     common::until_log(&run, LIMIT, "second segment", |e| segments(e) == 2).await?;
     run.wait_until_suspended().await?;
@@ -284,13 +263,7 @@ async fn recorded_values_are_the_same_after_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
     let clock = TestClock::new(t0());
-    let open = || {
-        Host::builder()
-            .path(&path)
-            .clock(clock.clone())
-            .register(Recorder)
-            .build()
-    };
+    let open = || common::hosts::open_on(&path, &clock, Recorder);
     let host = open().await?;
     let run = host.start::<Recorder>("r", ()).await?;
     let seen: (Uuid, Uuid, u64, SystemTime) =

@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::within;
-use reel::{Ctx, Host, Workflow};
+use reel::{Ctx, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(20);
 const RUNS: usize = 40;
@@ -61,12 +61,7 @@ where
     W: Workflow<Input = (), Output = u32> + Default,
 {
     let dir = tempfile::tempdir()?;
-    let open = || {
-        Host::builder()
-            .path(dir.path())
-            .register(W::default())
-            .build()
-    };
+    let open = || common::hosts::open(dir.path(), W::default());
     let host = open().await?;
     for i in 0..RUNS {
         let run = host.start::<W>(&format!("r{i}"), ()).await?;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::within;
-use reel::{Ctx, Host, Workflow};
+use reel::{Ctx, Workflow};
 
 /// Whether host 1 has shut down.
 static CLOSED: AtomicBool = AtomicBool::new(false);
@@ -44,11 +44,7 @@ impl Workflow for Work {
 async fn no_step_runs_after_shutdown_returns() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("store");
-    let host = Host::builder()
-        .path(&path)
-        .register(Work { host: 1 })
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, Work { host: 1 }).await?;
     let mut ids = Vec::new();
     for i in 0..200 {
         let id = format!("run-{i}");
@@ -59,11 +55,7 @@ async fn no_step_runs_after_shutdown_returns() -> anyhow::Result<()> {
     CLOSED.store(true, Ordering::SeqCst);
 
     // The next host finishes every run; meanwhile a leftover of host 1 would run.
-    let host = Host::builder()
-        .path(&path)
-        .register(Work { host: 2 })
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, Work { host: 2 }).await?;
     for id in &ids {
         let run = host.start::<Work>(id, ()).await?;
         within(Duration::from_secs(30), "a run's end", run.result()).await??;

@@ -34,11 +34,7 @@ impl Workflow for ZeroTimeout {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zero_timeout_takes_a_signal_already_buffered() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(ZeroTimeout)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), ZeroTimeout).await?;
     let run = host.start::<ZeroTimeout>("z", ()).await?;
     within(LIMIT, "the first wait", run.wait_until_suspended()).await??;
     run.signal("msg", &7u32, "m").await?;
@@ -67,12 +63,7 @@ impl Workflow for Twice {
 async fn a_signal_id_sent_again_after_it_was_consumed_is_dropped() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Twice)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, Twice).await?;
     let run = host.start::<Twice>("t", ()).await?;
     run.signal("n", &1u32, "same").await?;
     within(LIMIT, "the second wait", async {
@@ -109,11 +100,7 @@ impl Workflow for Selfie {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_can_signal_itself() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Selfie)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Selfie).await?;
     let run = host.start::<Selfie>("me", 41).await?;
     assert_eq!(within(LIMIT, "the self signal", run.result()).await??, 42);
     host.shutdown().await?;
@@ -144,11 +131,7 @@ impl Workflow for Approvals {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_in_order_and_a_mistyped_timed_signal_is_a_codec_error() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Approvals)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Approvals).await?;
     let run = host.start::<Approvals>("a", ()).await?;
     run.approve("boss", true, None).await?;
     run.approve("boss", false, Some("second".into())).await?;

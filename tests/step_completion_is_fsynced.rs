@@ -7,11 +7,13 @@
 //! (A SIGKILL keeps the page cache, so the kill -9 tests cannot tell a write from
 //! an fdatasync; this count can.)
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, SharedString, Unit};
-use reel::{Ctx, Host, Workflow};
+use reel::{Ctx, Workflow};
 
 static SYNCS: AtomicU64 = AtomicU64::new(0);
 
@@ -79,11 +81,7 @@ async fn each_step_value_reaches_the_handler_after_an_fdatasync() -> anyhow::Res
     metrics::set_global_recorder(CountSyncs)?;
     let dir = tempfile::tempdir()?;
     let notes = Notes::default();
-    let host = Host::builder()
-        .path(dir.path())
-        .register(ThreeSteps(notes.clone()))
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), ThreeSteps(notes.clone())).await?;
     let run = host.start::<ThreeSteps>("r", ()).await?;
     assert_eq!(run.result().await?, 6);
     host.shutdown().await?;

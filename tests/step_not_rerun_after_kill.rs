@@ -21,10 +21,7 @@ fn work(dir: &Path) -> Work {
 }
 
 fn open(dir: &Path) -> impl std::future::Future<Output = reel::Result<Host>> {
-    Host::builder()
-        .path(dir.join("store"))
-        .register(work(dir))
-        .build()
+    common::hosts::open(dir.join("store"), work(dir))
 }
 
 /// The child: start every run (idempotent) and drive them until killed.

@@ -5,10 +5,12 @@
 //! handler ran three times (the first execution and two restarts), and the run
 //! completes with the values the bodies returned.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use reel::{Ctx, Host, RunStatus, Workflow};
+use reel::{Ctx, RunStatus, Workflow};
 
 #[derive(Clone, Default)]
 struct Counts {
@@ -55,11 +57,7 @@ impl Workflow for CrashAfterSteps {
 async fn recorded_steps_do_not_run_again_after_supervisor_restarts() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let counts = Counts::default();
-    let host = Host::builder()
-        .path(dir.path())
-        .register(CrashAfterSteps(counts.clone()))
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), CrashAfterSteps(counts.clone())).await?;
     let run = host.start::<CrashAfterSteps>("order-1", 1999).await?;
     assert_eq!(run.result().await?, "1999|label-1999");
     assert_eq!(run.status().await?, RunStatus::Completed);

@@ -47,12 +47,7 @@ impl Workflow for Month {
 async fn thirty_day_sleep_finishes_at_once_with_virtual_times() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::auto(start());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Month)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, Month).await?;
     let began = std::time::Instant::now();
     let run = host.start::<Month>("month-1", ()).await?;
     let woke = within(LIMIT, "the result", run.result()).await??;
@@ -114,13 +109,7 @@ async fn approval_at_hour_47_is_taken_across_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("store");
     let clock = TestClock::new(start());
-    let build = || {
-        Host::builder()
-            .path(&path)
-            .clock(clock.clone())
-            .register(Approval)
-            .build()
-    };
+    let build = || common::hosts::open_on(&path, &clock, Approval);
     let host = build().await?;
     let run = host.start::<Approval>("approval-2", ()).await?;
     run.wait_until_suspended().await?;
@@ -246,12 +235,7 @@ async fn auto_skip_never_fires_a_timer_while_a_step_executes() -> anyhow::Result
     let clock = TestClock::auto(start());
     let (tx, entered) = tokio::sync::oneshot::channel();
     *STEP_ENTERED.lock().expect("lock") = Some(tx);
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(SleepBesideStep)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, SleepBesideStep).await?;
     let run = host.start::<SleepBesideStep>("beside-1", ()).await?;
     within(LIMIT, "the step to begin", entered).await??;
     // Proving that nothing happens needs some real time to pass: the skipper

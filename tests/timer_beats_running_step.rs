@@ -21,7 +21,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use common::{Gate, until_log, within};
 use futures::future::{Either, select};
 use reel::testing::{self, Replayed, TestClock};
-use reel::{Ctx, Event, Host, RunHandle, Workflow};
+use reel::{Ctx, Event, RunHandle, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(3600);
@@ -125,12 +125,7 @@ async fn assert_body_abandoned<W: Workflow>(
 async fn timer_wins_against_a_running_step() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(TimerVsStep)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, TimerVsStep).await?;
     let run = host.start::<TimerVsStep>("timer-race", ()).await?;
     within(LIMIT, "the step body to start", TIMER_BODY_STARTED.wait()).await?;
     until_log(&run, LIMIT, "the timer", |e| {
@@ -174,11 +169,7 @@ async fn timer_wins_against_a_running_step() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_wins_against_a_running_step() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(SignalVsStep)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), SignalVsStep).await?;
     let run = host.start::<SignalVsStep>("signal-race", ()).await?;
     within(LIMIT, "the step body to start", SIGNAL_BODY_STARTED.wait()).await?;
     run.signal("stop", "now", "stop-1").await?;

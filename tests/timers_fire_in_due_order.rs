@@ -48,12 +48,7 @@ impl Workflow for Instant {
 async fn zero_and_past_timers_fire_without_the_clock_moving() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Instant)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, Instant).await?;
     let run = host.start::<Instant>("i", ()).await?;
     assert_eq!(within(LIMIT, "result", run.result()).await??, 5);
     assert_eq!(clock.now(), t0());
@@ -95,22 +90,12 @@ async fn fifty_timers_of_one_due_time_all_fire_once() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(Same)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(&path, &clock, Same).await?;
     let run = host.start::<Same>("same", ()).await?;
     run.wait_until_suspended().await?;
     host.shutdown().await?;
     clock.advance(HOUR);
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(Same)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(&path, &clock, Same).await?;
     let run = host.handle::<Same>("same");
     assert_eq!(within(LIMIT, "result", run.result()).await??, t0() + HOUR);
     let events = run.events().await?;
@@ -166,12 +151,7 @@ async fn timers_overdue_together_fire_in_due_order() -> anyhow::Result<()> {
     for i in 0..10 {
         let dir = tempfile::tempdir()?;
         let clock = TestClock::new(t0());
-        let host = Host::builder()
-            .path(dir.path())
-            .clock(clock.clone())
-            .register(Order)
-            .build()
-            .await?;
+        let host = common::hosts::open_on(dir.path(), &clock, Order).await?;
         let run = host.start::<Order>("o", ()).await?;
         run.wait_until_suspended().await?;
         clock.advance(HOUR * 3); // all three are due at once
@@ -214,13 +194,7 @@ async fn timer_and_signal_rounds_keep_each_winner_and_late_signals_buffer() -> a
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
     let clock = TestClock::new(t0());
-    let open = || {
-        Host::builder()
-            .path(&path)
-            .clock(clock.clone())
-            .register(Rounds)
-            .build()
-    };
+    let open = || common::hosts::open_on(&path, &clock, Rounds);
     let host = open().await?;
     let run = host.start::<Rounds>("r", 4).await?;
     let waits = |k: usize| {
@@ -348,12 +322,7 @@ impl Workflow for ShortWins {
 async fn a_lost_long_timer_does_not_hold_the_auto_clock() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::auto(t0());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(ShortWins)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(dir.path(), &clock, ShortWins).await?;
     let run = host.start::<ShortWins>("sw", ()).await?;
     assert_eq!(within(LIMIT, "result", run.result()).await??, t0() + HOUR);
     assert!(
@@ -388,13 +357,7 @@ async fn a_deadline_passed_while_down_beats_a_signal_sent_after_the_restart() ->
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("s");
     let clock = TestClock::new(t0());
-    let open = || {
-        Host::builder()
-            .path(&path)
-            .clock(clock.clone())
-            .register(TimedWait)
-            .build()
-    };
+    let open = || common::hosts::open_on(&path, &clock, TimedWait);
     for i in 0..10 {
         let host = open().await?;
         let id = format!("tw-{i}");

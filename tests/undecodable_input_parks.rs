@@ -124,7 +124,7 @@ impl Workflow for PricedChanged {
 }
 
 async fn open<W: Workflow>(dir: &std::path::Path, w: W) -> reel::Result<Host> {
-    Host::builder().path(dir).register(w).build().await
+    common::hosts::open(dir, w).await
 }
 
 /// Waits for the run to settle and checks it is parked with a codec error.

@@ -78,23 +78,13 @@ async fn v1_runs_then_v2_host(
     clock: &TestClock,
     ids: &[&str],
 ) -> anyhow::Result<Host> {
-    let host = Host::builder()
-        .path(path)
-        .clock(clock.clone())
-        .register(JobV1)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(path, &clock, JobV1).await?;
     for (i, id) in ids.iter().enumerate() {
         let run = host.start::<JobV1>(id, u32::try_from(i)?).await?;
         within(LIMIT, "the v1 run to wait", run.wait_until_suspended()).await??;
     }
     host.shutdown().await?;
-    let host = Host::builder()
-        .path(path)
-        .clock(clock.clone())
-        .register(JobV2)
-        .build()
-        .await?;
+    let host = common::hosts::open_on(path, &clock, JobV2).await?;
     // Woken, each run finds its version missing and parks.
     for id in ids {
         let run = host.run(id);
@@ -336,16 +326,12 @@ impl Workflow for LoopPatched {
 async fn a_pre_patch_run_takes_the_patch_after_continuing_as_new() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("store");
-    let host = Host::builder().path(&path).register(Loop).build().await?;
+    let host = common::hosts::open(&path, Loop).await?;
     let run = host.start::<Loop>("l", 0).await?;
     within(LIMIT, "the wait", run.wait_until_suspended()).await??;
     host.shutdown().await?;
 
-    let host = Host::builder()
-        .path(&path)
-        .register(LoopPatched)
-        .build()
-        .await?;
+    let host = common::hosts::open(&path, LoopPatched).await?;
     let run = host.handle::<LoopPatched>("l");
     run.signal("go", &(), "go-1").await?;
     within(LIMIT, "the second segment", async {

@@ -1,6 +1,8 @@
 //! Runs resume on the version they started with; a version no longer registered is
 //! reported as `VersionMismatch`, never run with other code.
 
+mod common;
+
 use reel::{Ctx, Error, Host, RunStatus, Workflow};
 
 struct V1;
@@ -30,11 +32,7 @@ impl Workflow for V2 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_stay_on_their_version() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(V1)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), V1).await?;
     host.start::<V1>("old", "ann".into())
         .await?
         .wait_until_suspended()
@@ -46,11 +44,7 @@ async fn runs_stay_on_their_version() -> anyhow::Result<()> {
     host.shutdown().await?;
 
     // Only V2 registered: the V1 run is parked, not run with V2 code.
-    let host = Host::builder()
-        .path(dir.path())
-        .register(V2)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), V2).await?;
     let old = host.handle::<V2>("old");
     old.signal("go", &(), "go-1").await?;
     assert_eq!(

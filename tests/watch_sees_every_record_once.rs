@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::within;
 use futures::StreamExt;
-use reel::{Ctx, Error, Event, Host, Record, Workflow};
+use reel::{Ctx, Error, Event, Record, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -51,11 +51,7 @@ fn kinds(records: &[Record]) -> Vec<&'static str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_watcher_sees_every_record_once_in_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Life)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Life).await?;
     let run = host.start::<Life>("life", 0).await?;
 
     // From the start, and many at once.
@@ -120,11 +116,7 @@ async fn every_watcher_sees_every_record_once_in_order() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_runs_and_shutdown_end_the_stream_with_an_error() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Life)
-        .build()
-        .await?;
+    let host = common::hosts::open(dir.path(), Life).await?;
 
     let items: Vec<_> = host.run("nope").watch().collect().await;
     assert!(matches!(items.as_slice(), [Err(Error::UnknownRun(r))] if r == "nope"));
