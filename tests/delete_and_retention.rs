@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::within;
+use common::workflows::Waiter;
 use reel::{Ctx, Error, Host, Retention, RunFilter, RunStatus, StatusKind, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -43,17 +44,6 @@ fn noise(seed: u64, len: usize) -> String {
             char::from(b'!' + (x % 90) as u8)
         })
         .collect()
-}
-
-/// Waits for a signal.
-struct Waiter;
-impl Workflow for Waiter {
-    const NAME: &'static str = "waiter";
-    type Input = ();
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
-        ctx.wait_for_signal("go").await
-    }
 }
 
 async fn host(dir: &Path, retention: Retention) -> anyhow::Result<Host> {

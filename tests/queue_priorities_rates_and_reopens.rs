@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::within;
+use common::workflows::Tick;
 use reel::testing::TestClock;
 use reel::{Ctx, Error, Event, Host, HostBuilder, QueueOptions, RunStatus, StartOptions, Workflow};
 use tokio::sync::mpsc;
@@ -17,18 +18,6 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 fn t0() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_800_000_000)
-}
-
-/// Completes at once with the time it started.
-struct Tick;
-
-impl Workflow for Tick {
-    const NAME: &'static str = "tick";
-    type Input = ();
-    type Output = SystemTime;
-    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<SystemTime> {
-        ctx.now().await
-    }
 }
 
 /// Enters (reports its run id), then collects `go` signals until one says "done";

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::within;
+use common::workflows::Tick;
 use reel::testing::TestClock;
 use reel::{
     Ctx, Error, Event, Host, HostBuilder, QueueOptions, RunFilter, RunStatus, StartOptions,
@@ -296,18 +297,6 @@ async fn dedup_keys_hold_across_a_restart() -> anyhow::Result<()> {
     ));
     host.shutdown().await?;
     Ok(())
-}
-
-/// Completes at once with the time it started.
-struct Tick;
-
-impl Workflow for Tick {
-    const NAME: &'static str = "tick";
-    type Input = ();
-    type Output = SystemTime;
-    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<SystemTime> {
-        ctx.now().await
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

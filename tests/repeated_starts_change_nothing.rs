@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
+use common::workflows::Waiter;
 use common::{Counter, within};
 use reel::testing::TestClock;
 use reel::{Ctx, Error, Event, Host, QueueOptions, RunFilter, RunStatus, StartOptions, Workflow};
@@ -40,17 +41,6 @@ impl Workflow for Twin {
     type Output = u32;
     async fn run(&self, _: Ctx, n: u32) -> reel::Result<u32> {
         Ok(n)
-    }
-}
-
-/// Waits for `go`, returns it.
-struct Waiter;
-impl Workflow for Waiter {
-    const NAME: &'static str = "waiter";
-    type Input = ();
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
-        ctx.wait_for_signal("go").await
     }
 }
 

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::Counter;
+use common::workflows::Waiter;
 use futures::future::try_join_all;
 use reel::{Ctx, Host, Workflow};
 
@@ -34,16 +35,6 @@ impl Workflow for Parent {
         let children =
             (0..n).map(|i| ctx.child::<Small>(&format!("{}-child-{i}", ctx.run_id()), i));
         Ok(try_join_all(children).await?.into_iter().sum())
-    }
-}
-
-struct Waiter;
-impl Workflow for Waiter {
-    const NAME: &'static str = "waiter";
-    type Input = ();
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
-        ctx.wait_for_signal("go").await
     }
 }
 

@@ -11,21 +11,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::within;
+use common::workflows::Waiter;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use reel::{Ctx, Host, QueueOptions, RunStatus, StatusKind, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-/// Waits for `go` and returns it.
-struct Waiter;
-impl Workflow for Waiter {
-    const NAME: &'static str = "waiter";
-    type Input = ();
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<u32> {
-        ctx.wait_for_signal("go").await
-    }
-}
 
 /// Calls a `Waiter` child and returns its value.
 struct Parent;

@@ -10,6 +10,7 @@ pub mod counting;
 pub mod hosts;
 pub mod kill;
 pub mod tokens;
+pub mod workflows;
 
 /// Counts how often a body really ran.
 #[derive(Clone, Default)]
