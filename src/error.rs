@@ -75,7 +75,8 @@ pub enum Error {
     Shutdown,
     /// An argument is out of range or malformed (a page size of 0, a cursor
     /// string that is not one, a run id that is empty, longer than 512 bytes or
-    /// holds a NUL); the message says which and why.
+    /// holds a NUL, a new run's id `.` or `..`, which no URL can carry); the
+    /// message says which and why.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The run is in a state that does not allow the action (pause a finished run,

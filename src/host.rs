@@ -371,6 +371,7 @@ impl Host {
     /// # Errors
     /// [`Error::UnknownWorkflow`] / [`Error::VersionMismatch`] when `W` is not
     /// registered, [`Error::RunExists`] when another workflow has the id,
+    /// [`Error::InvalidArgument`] for an id that cannot be a run's (see there),
     /// [`Error::Codec`], [`Error::Storage`], [`Error::Shutdown`].
     pub async fn start<W: Workflow>(&self, run_id: &str, input: W::Input) -> Result<RunHandle<W>> {
         self.start_with::<W>(run_id, input, StartOptions::default())

@@ -25,7 +25,7 @@ use kameo::message::Message;
 use kameo::supervision::RestartPolicy;
 use reel_storage::{
     Append, CorruptRecord, Event, Failure, ParentLink, Payload, RunMeta, RunState, Scan,
-    StorageError, Store, TimerEntry, check_run_id,
+    StorageError, Store, TimerEntry, check_new_run_id,
 };
 use tokio::sync::{OnceCell, Semaphore};
 
@@ -171,7 +171,7 @@ impl Core {
         deadline: Option<u64>,
     ) -> Result<Started, ActorError> {
         self.check_open()?;
-        check_run_id(run_id)?;
+        check_new_run_id(run_id)?;
         if let Err(e) = self.check_registered(workflow, version) {
             // A run that exists is answered as such whatever this host registers (a
             // parent replaying its call of a child whose version is gone: the child

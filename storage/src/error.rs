@@ -42,8 +42,9 @@ pub enum StorageError {
         /// What this build reads.
         expected: String,
     },
-    /// A run id that cannot be stored (empty, too long or containing NUL).
-    #[error("invalid run id {0:?}: must be 1..=512 bytes without NUL")]
+    /// A run id that cannot be stored (empty, too long or containing NUL), or
+    /// given to a new run (`.` or `..`).
+    #[error("invalid run id {0:?}: must be 1..=512 bytes without NUL, and not `.` or `..`")]
     InvalidRunId(String),
     /// Serialization failed.
     #[error("encode error: {0}")]

@@ -166,6 +166,20 @@ pub fn check_run_id(run_id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Validates the id of a run about to be created: [`check_run_id`], and not `.`
+/// or `..`, which no URL path can carry (a client resolves them as dot segments),
+/// so the inspector and the CLI could not reach the run.
+///
+/// # Errors
+/// [`StorageError::InvalidRunId`].
+pub fn check_new_run_id(run_id: &str) -> Result<()> {
+    check_run_id(run_id)?;
+    if run_id == "." || run_id == ".." {
+        return Err(StorageError::InvalidRunId(run_id.to_owned()));
+    }
+    Ok(())
+}
+
 fn decode_meta(keyspace: &str, run_id: &[u8], bytes: &[u8]) -> Result<RunMeta> {
     RunMeta::decode(keyspace, run_id, bytes).map_err(StorageError::CorruptRecord)
 }

@@ -66,7 +66,9 @@ pub use cluster::{Cluster, LeaseChange, Letter, Mail, Notice, PARTITIONS, partit
 pub use copy::{CopyError, CopyReport, copy_store};
 pub use error::StorageError;
 pub use event::{AttemptError, Event, Failure, Payload};
-pub use fjall_store::{FORMAT_VERSION, FjallStore, StoreOptions, UPGRADABLE_FORMATS, check_run_id};
+pub use fjall_store::{
+    FORMAT_VERSION, FjallStore, StoreOptions, UPGRADABLE_FORMATS, check_new_run_id, check_run_id,
+};
 pub use keys::{decode_timer_key, encode_timer_key};
 pub use mem_store::MemStore;
 pub use meta::{ParentLink, QueueEntry, RunMeta, RunState, StatusKind, TimerEntry};

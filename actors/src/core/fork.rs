@@ -118,7 +118,7 @@ impl Core {
         new_run_id: &str,
     ) -> Result<(), ActorError> {
         self.check_open()?;
-        check_run_id(new_run_id)?;
+        check_new_run_id(new_run_id)?;
         let meta = self.known(run_id).await?;
         let store = self.store.clone();
         let (id, start) = (run_id.to_owned(), meta.segment_start);

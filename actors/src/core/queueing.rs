@@ -59,7 +59,7 @@ impl Core {
         first: Vec<Event>,
     ) -> Result<Started, ActorError> {
         self.check_open()?;
-        check_run_id(run_id)?;
+        check_new_run_id(run_id)?;
         self.check_registered(workflow, version)?;
         let (meta, mut events) = self.new_run(workflow, version, run_id, input, None, deadline);
         events.extend(first);

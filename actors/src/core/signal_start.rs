@@ -33,7 +33,7 @@ impl Core {
         (name, signal_id, payload): (&str, &str, Payload),
     ) -> Result<Started, ActorError> {
         self.check_open()?;
-        check_run_id(run_id)?;
+        check_new_run_id(run_id)?;
         self.check_registered(workflow, version)?;
         // The common case, a message to a run that exists, reads its record once
         // and writes nothing but the signal.
