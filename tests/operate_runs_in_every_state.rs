@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::within;
 use reel::testing::TestClock;
 use reel::{
-    Ctx, Error, Event, Host, HostBuilder, QueueOptions, Retention, RunStatus, StartOptions,
-    StatusKind, Workflow,
+    Ctx, Error, Event, Host, HostBuilder, QueueOptions, Retention, RunHandle, RunStatus,
+    StartOptions, StatusKind, Workflow,
 };
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -120,6 +120,27 @@ async fn parent_with_waiting_kid(host: &Host, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts a `Kid` as `id` and waits until it waits for `go`.
+async fn waiting_kid(host: &Host, id: &str) -> anyhow::Result<RunHandle<Kid>> {
+    let run = host.start::<Kid>(id, ()).await?;
+    within(LIMIT, "the wait", run.wait_until_suspended()).await??;
+    Ok(run)
+}
+
+/// Runs retention passes until one deletes nothing (or after `most` more
+/// passes); returns what each deleted.
+async fn retention_passes(host: &Host, most: usize) -> anyhow::Result<Vec<usize>> {
+    let mut passes = Vec::new();
+    loop {
+        let n = host.enforce_retention().await?;
+        passes.push(n);
+        if n == 0 || passes.len() > most {
+            break;
+        }
+    }
+    Ok(passes)
+}
+
 /// Terminating a parent, and cancelling a paused one, cancels the child it waits
 /// on (Temporal's default parent-close policy), with a reason naming the parent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,8 +220,7 @@ async fn a_fork_of_a_paused_run_runs_and_leaves_the_original_paused() -> anyhow:
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(t0());
     let host = builder(dir.path(), &clock).build().await?;
-    let run = host.start::<Kid>("orig", ()).await?;
-    within(LIMIT, "the wait", run.wait_until_suspended()).await??;
+    let run = waiting_kid(&host, "orig").await?;
     run.pause().await?;
     let end = run.records().await?.last().map_or(1, |r| r.seq + 1);
     let fork = host.fork("orig", end, "forked").await?;
@@ -286,13 +306,10 @@ async fn retention_keeps_unfinished_runs_and_deletes_exactly_the_old_ended_ones(
         .await?;
 
     // Created first, ends last: old by creation, recent by its end.
-    let late = host.start::<Kid>("a-late", ()).await?;
-    within(LIMIT, "the wait", late.wait_until_suspended()).await??;
+    let late = waiting_kid(&host, "a-late").await?;
     // Unfinished, all created at T0.
-    let sus = host.start::<Kid>("b-suspended", ()).await?;
-    within(LIMIT, "the wait", sus.wait_until_suspended()).await??;
-    let paused = host.start::<Kid>("c-paused", ()).await?;
-    within(LIMIT, "the wait", paused.wait_until_suspended()).await??;
+    waiting_kid(&host, "b-suspended").await?;
+    let paused = waiting_kid(&host, "c-paused").await?;
     paused.pause().await?;
     let parked = host.start::<Crashy>("d-parked", ()).await?;
     until_status(&parked, "the crash loop to park", |s| {
@@ -312,22 +329,14 @@ async fn retention_keeps_unfinished_runs_and_deletes_exactly_the_old_ended_ones(
             .result()
             .await?;
     }
-    let cancelled = host.start::<Kid>("h-cancelled", ()).await?;
-    within(LIMIT, "the wait", cancelled.wait_until_suspended()).await??;
+    let cancelled = waiting_kid(&host, "h-cancelled").await?;
     cancelled.cancel("x").await?;
 
     clock.advance(2 * HOUR);
     late.signal("go", &1u32, "go").await?;
     within(LIMIT, "the late run", late.result()).await??;
 
-    let mut passes = Vec::new();
-    loop {
-        let n = host.enforce_retention().await?;
-        passes.push(n);
-        if n == 0 || passes.len() > 20 {
-            break;
-        }
-    }
+    let passes = retention_passes(&host, 20).await?;
     let mut left: Vec<String> = host.runs().await?.into_iter().map(|r| r.run_id).collect();
     left.sort();
     assert_eq!(
@@ -424,22 +433,14 @@ async fn retention_passes_go_on_past_a_run_that_is_not_due_yet() -> anyhow::Resu
         .retention(policy)
         .build()
         .await?;
-    let late = host.start::<Kid>("late", ()).await?;
-    within(LIMIT, "the wait", late.wait_until_suspended()).await??;
+    let late = waiting_kid(&host, "late").await?;
     clock.advance(Duration::from_secs(60));
     host.start::<Quick>("old", ()).await?.result().await?;
     clock.advance(2 * HOUR);
     late.signal("go", &1u32, "go").await?;
     within(LIMIT, "the late run", late.result()).await??;
 
-    let mut passes = Vec::new();
-    loop {
-        let n = host.enforce_retention().await?;
-        passes.push(n);
-        if n == 0 || passes.len() > 10 {
-            break;
-        }
-    }
+    let passes = retention_passes(&host, 10).await?;
     assert!(
         matches!(host.run("old").status().await, Err(Error::UnknownRun(_))),
         "the run that ended two hours ago is still there after passes {passes:?}"
