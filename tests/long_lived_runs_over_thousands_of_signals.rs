@@ -54,10 +54,6 @@ impl Workflow for Accumulator {
     }
 }
 
-async fn open(dir: &std::path::Path, w: Accumulator) -> reel::Result<Host> {
-    common::hosts::open(dir, w).await
-}
-
 fn zero() -> Acc {
     Acc { seen: 0, sum: 0 }
 }
@@ -101,7 +97,7 @@ async fn thousands_of_signals_keep_segments_bounded() -> anyhow::Result<()> {
         every: 25,
         total: 3000,
     };
-    let host = open(dir.path(), w.clone()).await?;
+    let host = common::hosts::open(dir.path(), w.clone()).await?;
     let run = host.start::<Accumulator>("acc", zero()).await?;
     // Waiters set up before anything happens.
     let result = tokio::spawn({
@@ -178,7 +174,7 @@ async fn clean_restarts_between_segments_lose_and_repeat_nothing() -> anyhow::Re
         every: 10,
         total: 400,
     };
-    let mut host = open(dir.path(), w.clone()).await?;
+    let mut host = common::hosts::open(dir.path(), w.clone()).await?;
     let run = host.start::<Accumulator>("acc", zero()).await?;
     let mut next_seq = 0u64;
     let mut watched = 0usize;
@@ -199,7 +195,7 @@ async fn clean_restarts_between_segments_lose_and_repeat_nothing() -> anyhow::Re
         drop(stream);
         if round < 7 {
             host.shutdown().await?;
-            host = open(dir.path(), w.clone()).await?;
+            host = common::hosts::open(dir.path(), w.clone()).await?;
         }
     }
     let _ = run;

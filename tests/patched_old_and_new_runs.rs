@@ -11,7 +11,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use reel::{Ctx, Event, Host, RunStatus, Workflow};
+use reel::{Ctx, Event, RunStatus, Workflow};
 
 /// Emails sent, by run id (the tests run in parallel and use distinct run ids).
 static EMAILS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
@@ -113,16 +113,12 @@ fn markers(events: &[Event]) -> usize {
         .count()
 }
 
-async fn host<W: Workflow>(dir: &std::path::Path, w: W) -> reel::Result<Host> {
-    common::hosts::open(dir, w).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_runs_take_the_old_branch_and_new_runs_the_new_one() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
 
     // Version 1 deployed; a run waits for its signal.
-    let h = host(dir.path(), V1).await?;
+    let h = common::hosts::open(dir.path(), V1).await?;
     h.start::<V1>("old", 100)
         .await?
         .wait_until_suspended()
@@ -130,7 +126,7 @@ async fn old_runs_take_the_old_branch_and_new_runs_the_new_one() -> anyhow::Resu
     h.shutdown().await?;
 
     // Redeployed with the patch: a new run takes the new branch.
-    let h = host(dir.path(), V2).await?;
+    let h = common::hosts::open(dir.path(), V2).await?;
     let new = h.start::<V2>("new", 200).await?;
     new.wait_until_suspended().await?;
     assert_eq!(markers(&new.events().await?), 1);
@@ -145,7 +141,7 @@ async fn old_runs_take_the_old_branch_and_new_runs_the_new_one() -> anyhow::Resu
 
     // Another restart: the new run replays its marker, takes the new branch
     // again, and its email is not sent twice.
-    let h = host(dir.path(), V2).await?;
+    let h = common::hosts::open(dir.path(), V2).await?;
     let new = h.handle::<V2>("new");
     new.signal("ship", &"Nice", "ship-new").await?;
     assert_eq!(new.result().await?, "200 to Nice, receipt");
@@ -159,7 +155,7 @@ async fn old_runs_take_the_old_branch_and_new_runs_the_new_one() -> anyhow::Resu
 async fn deprecated_then_removed_patches_resume_runs_with_and_without_marker() -> anyhow::Result<()>
 {
     let dir = tempfile::tempdir()?;
-    let h = host(dir.path(), V2).await?;
+    let h = common::hosts::open(dir.path(), V2).await?;
     h.start::<V2>("patched", 1)
         .await?
         .wait_until_suspended()
@@ -168,14 +164,14 @@ async fn deprecated_then_removed_patches_resume_runs_with_and_without_marker() -
 
     // Cleanup code: the patched run replays (its marker consumed), a run started
     // now records no marker.
-    let h = host(dir.path(), V3).await?;
+    let h = common::hosts::open(dir.path(), V3).await?;
     let clean = h.start::<V3>("clean", 2).await?;
     clean.wait_until_suspended().await?;
     assert_eq!(markers(&clean.events().await?), 0);
     h.shutdown().await?;
 
     // The call removed: both runs resume and finish.
-    let h = host(dir.path(), V4).await?;
+    let h = common::hosts::open(dir.path(), V4).await?;
     for (id, to) in [("patched", "1 to A, receipt"), ("clean", "2 to A, receipt")] {
         let run = h.handle::<V4>(id);
         run.signal("ship", &"A", "ship-1").await?;
@@ -199,7 +195,7 @@ async fn an_empty_patch_id_parks_the_run() -> anyhow::Result<()> {
         }
     }
     let dir = tempfile::tempdir()?;
-    let h = host(dir.path(), Empty).await?;
+    let h = common::hosts::open(dir.path(), Empty).await?;
     let run = h.start::<Empty>("e", ()).await?;
     match run.result().await {
         Err(reel::Error::Failed(m)) => assert!(m.contains("empty patch id"), "{m}"),

@@ -19,7 +19,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Counter, Gate, until_log, within};
-use reel::{Ctx, Event, Host, RunStatus, Workflow};
+use reel::{Ctx, Event, RunStatus, Workflow};
 use serde::{Deserialize, Serialize};
 
 const LIMIT: Duration = Duration::from_secs(3);
@@ -123,10 +123,6 @@ impl Workflow for PricedChanged {
     }
 }
 
-async fn open<W: Workflow>(dir: &std::path::Path, w: W) -> reel::Result<Host> {
-    common::hosts::open(dir, w).await
-}
-
 /// Waits for the run to settle and checks it is parked with a codec error.
 async fn assert_parked_on_codec<W: Workflow>(run: &reel::RunHandle<W>) -> anyhow::Result<()> {
     let settled = within(LIMIT, "the run to settle", run.result()).await?;
@@ -144,19 +140,19 @@ async fn assert_parked_on_codec<W: Workflow>(run: &reel::RunHandle<W>) -> anyhow
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_input_parks_and_resumes_with_the_original_type() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = open(dir.path(), Original).await?;
+    let host = common::hosts::open(dir.path(), Original).await?;
     let run = host.start::<Original>("w-1", Order { n: 40 }).await?;
     within(LIMIT, "the wait for `go`", run.wait_until_suspended()).await??;
     host.shutdown().await?;
 
-    let host = open(dir.path(), ChangedInput).await?;
+    let host = common::hosts::open(dir.path(), ChangedInput).await?;
     let run = host.handle::<ChangedInput>("w-1");
     // A waiting run is replayed when something wakes it.
     run.signal("go", &2u32, "go-1").await?;
     assert_parked_on_codec(&run).await?;
     host.shutdown().await?;
 
-    let host = open(dir.path(), Original).await?;
+    let host = common::hosts::open(dir.path(), Original).await?;
     let run = host.handle::<Original>("w-1");
     let out = within(LIMIT, "the resumed run's result", run.result()).await?;
     assert_eq!(out?, 42, "resumed with the original input type");
@@ -168,7 +164,7 @@ async fn undecodable_input_parks_and_resumes_with_the_original_type() -> anyhow:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_step_output_parks_and_resumes_with_the_original_type() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = open(dir.path(), PricedV1 { hold: false }).await?;
+    let host = common::hosts::open(dir.path(), PricedV1 { hold: false }).await?;
     let run = host.start::<PricedV1>("p-1", ()).await?;
     within(LIMIT, "the wait for `go`", run.wait_until_suspended()).await??;
     host.shutdown().await?;
@@ -177,14 +173,14 @@ async fn undecodable_step_output_parks_and_resumes_with_the_original_type() -> a
         bodies: Counter::default(),
     };
     let bodies = changed.bodies.clone();
-    let host = open(dir.path(), changed).await?;
+    let host = common::hosts::open(dir.path(), changed).await?;
     let run = host.handle::<PricedChanged>("p-1");
     run.signal("go", "now", "go-1").await?;
     assert_parked_on_codec(&run).await?;
     assert_eq!(bodies.get(), 0, "the recorded step ran again");
     host.shutdown().await?;
 
-    let host = open(dir.path(), PricedV1 { hold: false }).await?;
+    let host = common::hosts::open(dir.path(), PricedV1 { hold: false }).await?;
     let run = host.handle::<PricedV1>("p-1");
     let out = within(LIMIT, "the resumed run's result", run.result()).await?;
     assert_eq!(out?, "7-now", "resumed with the original output type");
@@ -197,7 +193,7 @@ async fn undecodable_step_output_parks_and_resumes_with_the_original_type() -> a
 async fn undecodable_last_step_output_parks_and_resumes_with_the_original_type()
 -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = open(dir.path(), PricedV1 { hold: true }).await?;
+    let host = common::hosts::open(dir.path(), PricedV1 { hold: true }).await?;
     let run = host.start::<PricedV1>("p-2", ()).await?;
     until_log(&run, LIMIT, "the step's completion", |events| {
         events
@@ -212,13 +208,13 @@ async fn undecodable_last_step_output_parks_and_resumes_with_the_original_type()
     };
     let bodies = changed.bodies.clone();
     // Recovery resumes the run, which was running when the host stopped.
-    let host = open(dir.path(), changed).await?;
+    let host = common::hosts::open(dir.path(), changed).await?;
     let run = host.handle::<PricedChanged>("p-2");
     assert_parked_on_codec(&run).await?;
     assert_eq!(bodies.get(), 0, "the recorded step ran again");
     host.shutdown().await?;
 
-    let host = open(dir.path(), PricedV1 { hold: false }).await?;
+    let host = common::hosts::open(dir.path(), PricedV1 { hold: false }).await?;
     let run = host.handle::<PricedV1>("p-2");
     within(LIMIT, "the wait for `go`", run.wait_until_suspended()).await??;
     run.signal("go", "now", "go-1").await?;
