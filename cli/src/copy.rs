@@ -21,7 +21,7 @@ async fn open(s: &str, create: bool) -> Result<Arc<dyn Store>, String> {
         return Ok(pg);
     }
     let dir = Path::new(s);
-    if !create && !dir.is_dir() {
+    if !create && !FjallStore::exists(dir) {
         return Err(format!("no store at `{s}`"));
     }
     let path = dir.to_owned();

@@ -72,10 +72,21 @@ impl Admin {
             }
             let resp = req.call().map_err(error)?;
             let mut retry_ms = 500;
+            // The type of the event being read (`event:`), until the blank line
+            // that ends it.
+            let mut kind = String::new();
             for line in std::io::BufReader::new(resp.into_reader()).lines() {
                 let line = line.map_err(|e| format!("the watch stream broke: {e}"))?;
-                if let Some(ms) = line.strip_prefix("retry:") {
+                if line.is_empty() {
+                    kind.clear();
+                } else if let Some(k) = line.strip_prefix("event:") {
+                    kind = k.trim().to_owned();
+                } else if let Some(ms) = line.strip_prefix("retry:") {
                     retry_ms = ms.trim().parse().unwrap_or(retry_ms);
+                } else if let Some(data) = line.strip_prefix("data:")
+                    && kind == "error"
+                {
+                    return Err(format!("the watch ended with an error: {}", data.trim()));
                 } else if let Some(data) = line.strip_prefix("data:") {
                     let record: Value = serde_json::from_str(data.trim())
                         .map_err(|e| format!("the watch stream sent no JSON: {e}"))?;

@@ -26,11 +26,13 @@ use serde_json::{Value, json};
 #[command(name = "reel", version, about)]
 struct Cli {
     /// The admin endpoint of a host (where the service mounted reel-inspector's
-    /// router), e.g. http://127.0.0.1:8080/admin.
-    #[arg(long, global = true, env = "REEL_URL", conflicts_with = "store")]
+    /// router), e.g. http://127.0.0.1:8080/admin. Default: $REEL_URL, unless
+    /// --store is given.
+    #[arg(long, global = true, conflicts_with = "store")]
     url: Option<String>,
-    /// A store directory to read (read-only; no host may hold it).
-    #[arg(long, global = true, env = "REEL_STORE")]
+    /// A store directory to read (read-only; no host may hold it). Default:
+    /// $REEL_STORE, unless --url is given.
+    #[arg(long, global = true)]
     store: Option<std::path::PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
@@ -134,9 +136,19 @@ fn run(cli: &Cli) -> Result<(), String> {
     if let Command::Copy { from, to } = &cli.command {
         return copy::copy(from, to, cli.json);
     }
-    match (&cli.url, &cli.store) {
-        (Some(url), _) => remote(cli, &http::Admin::new(url)),
-        (None, Some(dir)) => local(cli, dir),
+    // A flag names the source; the environment only fills in when neither does,
+    // so a user who exports one variable can still name the other source.
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let (url, store) = match (&cli.url, &cli.store) {
+        (None, None) => (env("REEL_URL"), env("REEL_STORE").map(Into::into)),
+        (url, store) => (url.clone(), store.clone()),
+    };
+    match (url, store) {
+        (Some(url), None) => remote(cli, &http::Admin::new(&url)),
+        (None, Some(dir)) => local(cli, &dir),
+        (Some(_), Some(_)) => Err(
+            "REEL_URL and REEL_STORE are both set: say which to use with --url or --store".into(),
+        ),
         (None, None) => {
             Err("say where the runs are: --url <admin endpoint> or --store <dir>".into())
         }

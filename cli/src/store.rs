@@ -18,7 +18,9 @@ fn storage(e: StorageError) -> String {
 
 impl Reader {
     pub(crate) fn open(dir: &Path) -> Result<Reader, String> {
-        if !dir.is_dir() {
+        // Opening creates a store where there is none: a directory named by a
+        // typo must be left as it was.
+        if !dir.is_dir() || !FjallStore::exists(dir) {
             return Err(format!("no store at `{}`", dir.display()));
         }
         let store = FjallStore::open(dir).map_err(|e| match e {

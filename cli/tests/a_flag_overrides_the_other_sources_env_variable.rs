@@ -7,7 +7,6 @@
 use std::process::Command;
 
 #[test]
-#[ignore = "bug: with REEL_URL exported, `reel --store DIR ...` is refused by clap as a conflict (and REEL_STORE blocks --url)"]
 fn an_explicit_flag_beats_the_other_env_variable() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let missing = dir.path().join("missing");

@@ -191,7 +191,6 @@ async fn watch_follows_every_segment_to_the_end() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: `reel watch` fails with 'the watch stream sent no JSON' instead of the endpoint's error event (e.g. the host is shut down)"]
 async fn watch_reports_the_endpoints_error_when_the_host_shuts_down() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (host, url) = serve(dir.path()).await?;

@@ -41,7 +41,6 @@ fn a_missing_path_or_a_file_is_no_store() -> anyhow::Result<()> {
 }
 
 #[test]
-#[ignore = "bug: `reel --store DIR` on a directory without a store creates a fjall store in it and lists no runs"]
 fn a_directory_without_a_store_is_refused_and_left_as_it_was() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     // A directory with something else in it (a project directory).

@@ -195,6 +195,12 @@ impl FjallStore {
         FjallStore::open_with(path, StoreOptions::default())
     }
 
+    /// Whether `path` holds a store (one [`FjallStore::open`] would open rather
+    /// than create): for tools that must only read an existing store.
+    pub fn exists(path: impl AsRef<Path>) -> bool {
+        create::holds_store(path.as_ref())
+    }
+
     /// Opens (or creates) the store in `path`.
     ///
     /// # Errors

@@ -76,6 +76,12 @@ fn open_keyspaces(
     Ok((db, keyspaces, format))
 }
 
+/// Whether `path` holds a store: fjall's version marker (its `VERSION_MARKER`,
+/// by which fjall itself tells a database to recover from a new one) is there.
+pub(super) fn holds_store(path: &Path) -> bool {
+    path.join("version").is_file()
+}
+
 fn is_missing_or_empty(path: &Path) -> Result<bool> {
     match std::fs::read_dir(path) {
         Ok(mut entries) => Ok(entries.next().is_none()),
