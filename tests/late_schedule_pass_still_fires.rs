@@ -10,26 +10,15 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use common::schedules::{HOUR, run_id, t0};
 use common::within;
 use reel::testing::TestClock;
 use reel::{CatchUp, Ctx, Error, FjallStore, Host, ScheduleSpec, Workflow};
 use reel_storage::testing::{Fault, FaultStore, Op};
 
 const LIMIT: Duration = Duration::from_secs(20);
-const HOUR: Duration = Duration::from_secs(3600);
-/// 2027-01-10T00:00:00Z, on the hour.
-const T0_MS: u64 = 1_799_539_200_000;
-
-fn t0() -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(T0_MS)
-}
-
-/// The run of the firing `hours` after T0.
-fn run_id(schedule: &str, hours: u64) -> String {
-    format!("{schedule}/{}", T0_MS + hours * 3_600_000)
-}
 
 /// Completes at once.
 struct Report;

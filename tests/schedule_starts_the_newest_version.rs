@@ -11,24 +11,14 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use common::schedules::{HOUR, info, run_id, t0, until_handled};
 use common::within;
 use reel::testing::TestClock;
-use reel::{Ctx, Error, Event, Host, HostBuilder, ScheduleInfo, ScheduleSpec, Workflow};
+use reel::{Ctx, Error, Event, Host, HostBuilder, ScheduleSpec, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(20);
-const HOUR: Duration = Duration::from_secs(3600);
-/// 2027-01-10T00:00:00Z, on the hour.
-const T0_MS: u64 = 1_799_539_200_000;
-
-fn t0() -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(T0_MS)
-}
-
-fn run_id(schedule: &str, hours: u64) -> String {
-    format!("{schedule}/{}", T0_MS + hours * 3_600_000)
-}
 
 /// Version 1 of `report`.
 struct ReportV1;
@@ -73,26 +63,6 @@ fn builder(path: &Path, clock: &TestClock) -> HostBuilder {
         .path(path)
         .clock(clock.clone())
         .register(Ping)
-}
-
-async fn info(host: &Host, id: &str) -> anyhow::Result<ScheduleInfo> {
-    host.schedules()
-        .await?
-        .into_iter()
-        .find(|s| s.id == id)
-        .ok_or_else(|| anyhow::anyhow!("no schedule `{id}`"))
-}
-
-/// Waits until schedule `id` has handled its firings up to `hours` after T0.
-async fn until_handled(host: &Host, id: &str, hours: u64) -> anyhow::Result<()> {
-    let next = Some(t0() + HOUR * (hours as u32 + 1));
-    within(LIMIT, &format!("`{id}` past hour {hours}"), async {
-        while info(host, id).await?.next_fire < next {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        anyhow::Ok(())
-    })
-    .await?
 }
 
 /// The version a run started on.

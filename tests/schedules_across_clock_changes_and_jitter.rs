@@ -12,19 +12,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Datelike, TimeZone, Timelike};
 use chrono_tz::Tz;
+use common::schedules::{HOUR, HOUR_MS, T0_MS, info, t0};
 use common::within;
 use reel::testing::TestClock;
 use reel::{CatchUp, Ctx, Error, Host, HostBuilder, Overlap, ScheduleInfo, ScheduleSpec, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
-const HOUR: Duration = Duration::from_secs(3600);
-const HOUR_MS: u64 = 3_600_000;
-/// 2027-01-10T00:00:00Z, on the hour.
-const T0_MS: u64 = 1_799_539_200_000;
-
-fn t0() -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(T0_MS)
-}
 
 fn ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
@@ -81,14 +74,6 @@ async fn open(path: &Path, clock: &TestClock) -> reel::Result<Host> {
         .register(Hold)
         .build()
         .await
-}
-
-async fn info(host: &Host, id: &str) -> anyhow::Result<ScheduleInfo> {
-    host.schedules()
-        .await?
-        .into_iter()
-        .find(|s| s.id == id)
-        .ok_or_else(|| anyhow::anyhow!("no schedule `{id}`"))
 }
 
 /// Waits until the schedule's next fire time is past `t`.

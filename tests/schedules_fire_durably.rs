@@ -9,22 +9,15 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use common::schedules::{HOUR, info, run_id, t0, until_handled};
 use common::within;
 use reel::testing::TestClock;
-use reel::{CatchUp, Ctx, Error, Host, Overlap, RunStatus, ScheduleInfo, ScheduleSpec, Workflow};
+use reel::{CatchUp, Ctx, Error, Host, Overlap, RunStatus, ScheduleSpec, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(20);
-const HOUR: Duration = Duration::from_secs(3600);
-const HOUR_MS: u64 = 3_600_000;
-/// 2027-01-10T00:00:00Z, on the hour.
-const T0_MS: u64 = 1_799_539_200_000;
 const CHILD_ENV: &str = "REEL_SCHEDULE_KILL_CHILD_DIR";
-
-fn t0() -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(T0_MS)
-}
 
 /// Completes at once.
 struct Nightly;
@@ -58,37 +51,6 @@ async fn open(path: &Path, clock: &TestClock) -> reel::Result<Host> {
         .register(Hold)
         .build()
         .await
-}
-
-fn run_id(schedule: &str, hours: u64) -> String {
-    format!("{schedule}/{}", T0_MS + hours * HOUR_MS)
-}
-
-async fn info(host: &Host, id: &str) -> anyhow::Result<ScheduleInfo> {
-    host.schedules()
-        .await?
-        .into_iter()
-        .find(|s| s.id == id)
-        .ok_or_else(|| anyhow::anyhow!("no schedule `{id}`"))
-}
-
-/// Waits until the scheduler has handled every firing up to `hours` after T0 for
-/// schedule `id` (its next fire time is past them).
-async fn until_handled(host: &Host, id: &str, hours: u64) -> anyhow::Result<()> {
-    let next = UNIX_EPOCH + Duration::from_millis(T0_MS + (hours + 1) * HOUR_MS);
-    within(
-        LIMIT,
-        &format!("schedule `{id}` past hour {hours}"),
-        async {
-            loop {
-                if info(host, id).await?.next_fire >= Some(next) {
-                    return anyhow::Ok(());
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        },
-    )
-    .await?
 }
 
 /// Which of the firings at hours `1..=last` after T0 started a run.
