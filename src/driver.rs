@@ -20,7 +20,10 @@
 //! on something only a new event resolves (it stays alive: the journal wakes it when
 //! the actor appends one), then one final outcome. A paused run's execution walks
 //! no more of the log, lets its running step bodies finish and record their
-//! results, and then ends with `Outcome::Paused`.
+//! results, and then ends with `Outcome::Paused`. Which outcome to report is
+//! decided in `driver::outcome`.
+
+mod outcome;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -37,7 +40,7 @@ use reel_storage::{Event, Failure};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
-use crate::ctx::{Ctx, RunIdentity, State, decode, encode};
+use crate::ctx::{Ctx, RunIdentity, State, decode};
 use crate::replay::is_opening;
 use crate::slots::is_result;
 use crate::{Error, Result, Workflow};
@@ -305,102 +308,6 @@ where
             w.wake();
         }
         true
-    }
-
-    /// The final outcome if the execution must stop now.
-    fn stopped(&self) -> Option<Outcome> {
-        let st = self.ctx.lock();
-        if let Some(e) = st.replay.diverged() {
-            return Some(Outcome::Parked(Failure::from(e)));
-        }
-        st.parked
-            .as_ref()
-            .map(|e| Outcome::Parked(Failure::from(e)))
-    }
-
-    fn returned(&self, result: Result<O>) -> Outcome {
-        if let Some(o) = self.stopped() {
-            return o;
-        }
-        let mut st = self.ctx.lock();
-        match (st.replay.finish(), result) {
-            (Err(e), _) => Outcome::Parked(Failure::from(&e)),
-            (Ok(()), Ok(output)) => match encode(&output) {
-                Ok(p) => Outcome::Completed(p),
-                Err(e) => Outcome::Failed(Failure::from(&e)),
-            },
-            // After a cancel request, whatever error the handler ends with (the
-            // cancellation itself, or a failure of its cleanup) cancels the run.
-            (Ok(()), Err(e)) => match st.slots.cancelled() {
-                Some(reason) => {
-                    if !matches!(e, Error::Cancelled(_)) {
-                        tracing::warn!(error = %e, "reel: cancelled run ended with an error");
-                    }
-                    Outcome::Cancelled(reason.to_owned())
-                }
-                None => Outcome::Failed(st.replay.failure(&e)),
-            },
-        }
-    }
-
-    /// The handler asked to continue as new: the outcome that ends this segment.
-    /// Signals walked and not consumed, and every one not walked yet, carry over.
-    fn continued(&self) -> Option<Outcome> {
-        let request = self.ctx.lock().continued.take()?;
-        if let Some(o) = self.stopped() {
-            return Some(o);
-        }
-        let mut st = self.ctx.lock();
-        if let Err(e) = st.replay.finish() {
-            return Some(Outcome::Parked(Failure::from(&e)));
-        }
-        Some(Outcome::ContinuedAsNew {
-            version: request.version,
-            input: request.input,
-            carried: st.slots.unconsumed_signals(),
-            seen: self.walked,
-        })
-    }
-
-    /// Whether the run is paused (live only).
-    fn paused(&self) -> bool {
-        self.journal.as_ref().is_some_and(Journal::is_paused)
-    }
-
-    /// Whether a paused execution may end now: no step body runs, no append or
-    /// child start is under way, so every result it produced is recorded.
-    fn wound_down(&self) -> bool {
-        self.paused()
-            && self.landings.is_empty()
-            && self.effects.is_empty()
-            && self.ctx.lock().bodies == 0
-    }
-
-    /// The suspension to report if the execution can only wait now.
-    fn suspension(&self) -> Option<Outcome> {
-        let (len, _) = self.marks();
-        let st = self.ctx.lock();
-        let idle = st.caught_up
-            && self.walked >= len
-            && self.landings.is_empty()
-            && self.effects.is_empty()
-            && st.bodies == 0;
-        if !idle {
-            return None;
-        }
-        let (waiting_on, awaits_child) = match st.slots.describe_waits() {
-            Some(w) => w,
-            // Replay-only: the end of the history is as far as it goes.
-            None if self.journal.is_none() => ("the end of the history".to_owned(), false),
-            // Pending on something reel does not know (a foreign future): it wakes
-            // the handler itself.
-            None => return None,
-        };
-        Some(Outcome::Suspended {
-            waiting_on,
-            awaits_child,
-            seen: self.walked,
-        })
     }
 
     /// Ends with `outcome` (the handler returned, or continued as new): the child

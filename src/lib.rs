@@ -21,7 +21,7 @@
 //!   each adding its methods to [`Ctx`].
 //! - `driver`: runs an execution: polls the handler to quiescence, walks the log
 //!   and makes recorded results visible one at a time, in log order; reports
-//!   suspensions and the final outcome.
+//!   suspensions and the final outcome (`driver::outcome` decides which).
 //! - `replay`: the synchronous, side-effect-free history index (positional
 //!   matching, ids, divergence, how an unfinished step goes on).
 //! - `slots`: the synchronous visibility table (which primitive a recorded result
