@@ -95,7 +95,7 @@ async fn a_live_watch_follows_pause_resume_and_ends_after_a_cancel() -> anyhow::
     run.pause().await?;
     run.signal("go", &json!("while paused"), "s1").await?;
     seen.extend(ev.until("SignalReceived").await?);
-    assert!(matches!(run.status().await?, RunStatus::Paused { .. }));
+    assert!(matches!(run.status().await?, RunStatus::Paused));
     run.resume().await?;
     // The run goes on (its last step) and ends.
     seen.extend(ev.until("RunCompleted").await?);
