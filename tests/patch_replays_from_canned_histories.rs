@@ -5,25 +5,14 @@
 //! patches; the answer depends only on the recorded openings, also under
 //! concurrency; an empty id is refused.
 
+mod common;
+
 use std::time::Duration;
 
+use common::replay::replay_incrementally;
 use futures::future::join;
 use reel::testing::{History, Replayed, replay};
 use reel::{Ctx, Error, Event, Host, Workflow};
-
-/// Replays every prefix (none may diverge), then the whole log.
-async fn replay_incrementally<W: Workflow + Clone>(w: &W, log: &[Event]) -> Replayed<W::Output>
-where
-    W::Output: std::fmt::Debug,
-{
-    for k in 1..log.len() {
-        match replay(w.clone(), &log[..k]).await {
-            Ok(Replayed::Pending(_)) | Ok(Replayed::Completed(_)) => {}
-            other => panic!("prefix of {k} events: {other:?}"),
-        }
-    }
-    replay(w.clone(), log).await.expect("full replay")
-}
 
 async fn charge(ctx: &Ctx) -> reel::Result<u32> {
     ctx.step("charge", |_| async { Ok::<_, String>(10u32) })

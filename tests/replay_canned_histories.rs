@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::replay::replay_incrementally;
 use futures::future::join;
 use proptest::prelude::*;
 use reel::testing::{History, Replayed, replay};
@@ -15,20 +16,6 @@ use serde::{Deserialize, Serialize};
 
 fn payload<T: Serialize>(v: &T) -> Payload {
     Payload(rmp_serde::to_vec_named(v).expect("encode"))
-}
-
-/// Replays every prefix: none may diverge, only the whole log may complete.
-async fn replay_incrementally<W: Workflow + Clone>(w: &W, log: &[Event]) -> Replayed<W::Output>
-where
-    W::Output: std::fmt::Debug,
-{
-    for k in 1..log.len() {
-        match replay(w.clone(), &log[..k]).await {
-            Ok(Replayed::Pending(_)) | Ok(Replayed::Completed(_)) => {}
-            other => panic!("prefix of {k} events: {other:?}"),
-        }
-    }
-    replay(w.clone(), log).await.expect("full replay")
 }
 
 #[derive(Clone)]

@@ -9,6 +9,7 @@ pub mod cart;
 pub mod counting;
 pub mod hosts;
 pub mod kill;
+pub mod replay;
 pub mod schedules;
 pub mod tokens;
 pub mod workflows;
