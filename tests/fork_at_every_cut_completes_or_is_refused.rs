@@ -134,3 +134,78 @@ async fn every_cut_forks_a_run_that_completes_alike_or_is_refused() -> anyhow::R
     host.shutdown().await?;
     Ok(())
 }
+
+/// Consumes one `n` signal per segment and continues as new twice; the signals
+/// sent ahead carry over into the next segment.
+struct Hops;
+impl Workflow for Hops {
+    const NAME: &'static str = "hops";
+    type Input = u32;
+    type Output = u32;
+    async fn run(&self, ctx: Ctx, segment: u32) -> reel::Result<u32> {
+        let got: u32 = ctx.wait_for_signal("n").await?;
+        let doubled: u32 = ctx
+            .step("double", move |_| async move { Ok::<_, String>(got * 2) })
+            .await?;
+        if segment == 2 {
+            return Ok(doubled + segment);
+        }
+        ctx.continue_as_new::<Hops>(segment + 1).await
+    }
+}
+
+/// A run that continued as new forks from its current (last) segment only: every
+/// cut at or before the segment's start is refused, every cut inside it forks a
+/// run that completes like the original (the signals carried into the segment
+/// come with the prefix, or are sent again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continued_run_forks_from_its_last_segment() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = Host::builder()
+        .path(dir.path())
+        .register(Hops)
+        .build()
+        .await?;
+    let orig = host.start::<Hops>("hops", 0).await?;
+    for i in 0..3u32 {
+        orig.signal("n", &(10 + i), &format!("n{i}")).await?;
+    }
+    let expected = within(LIMIT, "orig ends", orig.result()).await??;
+    assert_eq!(expected, 24 + 2);
+    let info = orig.info().await?;
+    assert_eq!(info.segment, 2);
+    let records = orig.records().await?;
+    let last = records.last().map(|r| r.seq).expect("records");
+    let start = records
+        .iter()
+        .rev()
+        .find(|r| format!("{:?}", r.event).starts_with("RunStarted"))
+        .map(|r| r.seq)
+        .expect("the last segment's RunStarted");
+    let mut accepted = 0;
+    for at in 0..=last + 1 {
+        let id = format!("h{at}");
+        match host.fork("hops", at, &id).await {
+            Err(Error::InvalidCut { reason, .. }) => {
+                assert!(
+                    at <= start || at > last || reason.contains("inside the attempts"),
+                    "cut {at} inside the last segment ({start}..={last}) refused: {reason}"
+                );
+            }
+            Err(e) => panic!("fork at {at}: {e:?}"),
+            Ok(run) => {
+                accepted += 1;
+                assert!(at > start && at <= last, "cut {at} accepted");
+                match run.signal("n", &12u32, "again").await {
+                    Ok(()) | Err(Error::RunFinished(_)) => {}
+                    Err(e) => panic!("signal to fork at {at}: {e:?}"),
+                }
+                let out: u32 = within(LIMIT, &format!("fork at {at}"), run.result()).await??;
+                assert_eq!(out, expected, "fork at {at}");
+            }
+        }
+    }
+    assert!(accepted >= 2, "{accepted}");
+    host.shutdown().await?;
+    Ok(())
+}
