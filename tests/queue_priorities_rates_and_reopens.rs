@@ -106,6 +106,42 @@ async fn finish(host: &Host, id: &str) -> anyhow::Result<String> {
     Ok(within(LIMIT, "a result", host.handle::<Job>(id).result()).await??)
 }
 
+/// Finishes `first`, then each run that enters next, `n` times; returns the
+/// runs in the order they entered (the last is left waiting).
+async fn take_turns(
+    host: &Host,
+    entered: &mut mpsc::UnboundedReceiver<String>,
+    first: &str,
+    n: usize,
+) -> anyhow::Result<Vec<String>> {
+    let mut order = Vec::new();
+    let mut current = first.to_owned();
+    for _ in 0..n {
+        finish(host, &current).await?;
+        current = next(entered).await?;
+        order.push(current.clone());
+    }
+    Ok(order)
+}
+
+/// Takes entering runs into `running` until two run or all `total` were
+/// admitted; a run entering again (its body cut by a shutdown) counts once.
+async fn fill(
+    entered: &mut mpsc::UnboundedReceiver<String>,
+    admitted: &mut Vec<String>,
+    running: &mut Vec<String>,
+    total: usize,
+) -> anyhow::Result<()> {
+    while running.len() < 2 && admitted.len() < total {
+        let id = next(entered).await?;
+        if !admitted.contains(&id) {
+            admitted.push(id.clone());
+            running.push(id);
+        }
+    }
+    Ok(())
+}
+
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
@@ -118,13 +154,7 @@ async fn rate_window_slides() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let minute = Duration::from_secs(60);
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Tick)
-        .queue("api", QueueOptions::default().rate_limit(2, minute))
-        .build()
-        .await?;
+    let host = common::hosts::open_rate_limited(dir.path(), &clock, Tick, "api", 2, minute).await?;
     let a = host.start_on::<Tick>("api", "a", ()).await?;
     assert_eq!(within(LIMIT, "a", a.result()).await??, t0());
     clock.advance(Duration::from_secs(30));
@@ -169,13 +199,7 @@ async fn cancelled_enqueued_runs_take_no_room_in_the_rate_window() -> anyhow::Re
     let dir = tempfile::tempdir()?;
     let minute = Duration::from_secs(60);
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Tick)
-        .queue("api", QueueOptions::default().rate_limit(1, minute))
-        .build()
-        .await?;
+    let host = common::hosts::open_rate_limited(dir.path(), &clock, Tick, "api", 1, minute).await?;
     let a = host.start_on::<Tick>("api", "a", ()).await?;
     let b = host.start_on::<Tick>("api", "b", ()).await?;
     let c = host.start_on::<Tick>("api", "c", ()).await?;
@@ -250,13 +274,7 @@ async fn ending_enqueued_runs_frees_keys_and_places() -> anyhow::Result<()> {
         host.run("x").status().await,
         Err(Error::UnknownRun(_))
     ));
-    let mut order = Vec::new();
-    let mut current = "holder".to_owned();
-    for _ in 0..4 {
-        finish(&host, &current).await?;
-        current = next(&mut entered).await?;
-        order.push(current.clone());
-    }
+    let order = take_turns(&host, &mut entered, "holder", 4).await?;
     assert_eq!(order, ["d", "b2", "c2", "b"]);
     finish(&host, "b").await?;
     assert_eq!(job.max.load(Ordering::SeqCst), 1);
@@ -294,14 +312,8 @@ async fn extreme_priorities_order() -> anyhow::Result<()> {
         StartOptions::default().queue("q").priority(i32::MIN),
     )
     .await?;
-    let mut order = Vec::new();
-    let mut current = "holder".to_owned();
-    for _ in 0..prios.len() {
-        finish(&host, &current).await?;
-        current = next(&mut entered).await?;
-        order.push(current.clone());
-    }
-    finish(&host, &current).await?;
+    let order = take_turns(&host, &mut entered, "holder", prios.len()).await?;
+    finish(&host, &order[prios.len() - 1]).await?;
     assert_eq!(
         order,
         ["p-min", "p-min2", "p-neg1", "p-0a", "p-0b", "p-1", "p-max"]
@@ -378,13 +390,7 @@ async fn limit_and_order_hold_across_many_reopens() -> anyhow::Result<()> {
             }
         }
         // Fill the free slots (a body cut by the shutdown may enter again).
-        while running.len() < 2 && admitted.len() < ids.len() {
-            let id = next(&mut entered).await?;
-            if !admitted.contains(&id) {
-                admitted.push(id.clone());
-                running.push(id);
-            }
-        }
+        fill(&mut entered, &mut admitted, &mut running, ids.len()).await?;
         for _ in 0..3 {
             if running.is_empty() {
                 break;
@@ -396,13 +402,7 @@ async fn limit_and_order_hold_across_many_reopens() -> anyhow::Result<()> {
                 .await?;
             finish(&host, &id).await?;
             finished += 1;
-            while running.len() < 2 && admitted.len() < ids.len() {
-                let id = next(&mut entered).await?;
-                if !admitted.contains(&id) {
-                    admitted.push(id.clone());
-                    running.push(id);
-                }
-            }
+            fill(&mut entered, &mut admitted, &mut running, ids.len()).await?;
             let in_flight = host
                 .runs()
                 .await?

@@ -305,12 +305,7 @@ async fn rate_limit_is_kept_on_the_test_clock() -> anyhow::Result<()> {
     let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let minute = Duration::from_secs(60);
     let clock = TestClock::new(t0);
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Tick)
-        .queue("partner-api", QueueOptions::default().rate_limit(2, minute))
-        .build()
+    let host = common::hosts::open_rate_limited(dir.path(), &clock, Tick, "partner-api", 2, minute)
         .await?;
     let ids: Vec<String> = (0..5).map(|i| format!("tick-{i}")).collect();
     for id in &ids {
@@ -333,12 +328,7 @@ async fn rate_limit_is_kept_on_the_test_clock() -> anyhow::Result<()> {
     // The auto-skipping clock moves to the next window by itself.
     let dir = tempfile::tempdir()?;
     let clock = TestClock::auto(t0);
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Tick)
-        .queue("partner-api", QueueOptions::default().rate_limit(2, minute))
-        .build()
+    let host = common::hosts::open_rate_limited(dir.path(), &clock, Tick, "partner-api", 2, minute)
         .await?;
     for id in &ids {
         host.start_on::<Tick>("partner-api", id, ()).await?;

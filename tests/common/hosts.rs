@@ -25,3 +25,25 @@ pub async fn open_on<W: Workflow>(
         .build()
         .await
 }
+
+/// A host over the store at `path` on `clock` running `workflow`, with a queue
+/// `queue` that admits at most `limit` runs per `period`.
+pub async fn open_rate_limited<W: Workflow>(
+    path: impl Into<PathBuf>,
+    clock: &TestClock,
+    workflow: W,
+    queue: &str,
+    limit: u32,
+    period: std::time::Duration,
+) -> reel::Result<Host> {
+    Host::builder()
+        .path(path)
+        .clock(clock.clone())
+        .register(workflow)
+        .queue(
+            queue,
+            reel::QueueOptions::default().rate_limit(limit, period),
+        )
+        .build()
+        .await
+}
