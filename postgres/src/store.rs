@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use reel_storage::listing::{MetaPage, RunQuery};
@@ -69,9 +70,12 @@ impl PgStore {
     }
 
     async fn open(url: &str, cluster: Option<ClusterConfig>) -> Result<Arc<PgStore>> {
-        let config: tokio_postgres::Config = url
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StorageError::Io(format!("postgres URL: {e}")))?;
+        if let Some(cluster) = &cluster {
+            fence_stalled_transactions(&mut config, cluster.lease_ttl);
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("reel-postgres")
@@ -154,6 +158,24 @@ impl PgStore {
         });
         answer.recv().unwrap_or(Err(StorageError::Closed))
     }
+}
+
+/// A member's write transactions lock their partitions' lease rows: one left
+/// open by a stalled process (frozen, or cut off while the server still sees
+/// its session) would keep other hosts from taking those partitions over for as
+/// long as the session lives. The server ends a session idle inside a
+/// transaction for a lease time, which releases its locks; the member's own
+/// lease has run out by then, and its next write fails.
+fn fence_stalled_transactions(config: &mut tokio_postgres::Config, lease_ttl: Duration) {
+    let timeout = format!(
+        "-c idle_in_transaction_session_timeout={}",
+        lease_ttl.as_millis().max(1)
+    );
+    let options = match config.get_options() {
+        Some(given) if !given.is_empty() => format!("{given} {timeout}"),
+        _ => timeout,
+    };
+    config.options(&options);
 }
 
 /// A sequence number as read back.
