@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use reel::{Ctx, Event, Host, RunStatus, Workflow};
 use reel_postgres::partition_of;
+use support::hosts::{free_lease, lease_elsewhere};
 
 /// Each step execution: (run, step) -> the hosts that executed it, in order.
 type Executions = Arc<Mutex<HashMap<(String, String), Vec<String>>>>;
@@ -193,17 +194,7 @@ async fn host_that_lost_its_lease_cannot_write() -> anyhow::Result<()> {
     // The lease of the run's partition goes to a host that has no heartbeat (as if
     // `host-a` had been cut off long enough for it to expire and be taken): the
     // next write of `host-a` to that run is refused.
-    let part = partition_of("order-x");
-    support::execute(
-        &url,
-        &format!(
-            // Locked `FOR UPDATE` first, as a takeover does: a write under way
-            // (which holds the row `FOR KEY SHARE`) commits before the move.
-            "UPDATE reel_leases SET owner = 'elsewhere', expires_at = now() + interval '1 hour' \
-             WHERE part = (SELECT part FROM reel_leases WHERE part = {part} FOR UPDATE)"
-        ),
-    )
-    .await;
+    lease_elsewhere(&url, "order-x").await;
     run.signal("payment", "paid", "pay-x").await?;
     assert_eq!(
         run.events().await?.len(),
@@ -227,14 +218,9 @@ async fn host_that_lost_its_lease_cannot_write() -> anyhow::Result<()> {
 
     // The partition is free again: `host-a` takes it back at its next renewal,
     // recovers the run, reads the inbox and the run completes.
-    client
-        .execute(
-            "UPDATE reel_leases SET owner = NULL, expires_at = '-infinity' WHERE part = $1",
-            &[&part],
-        )
-        .await?;
     drop(client);
     let _ = task.await;
+    free_lease(&url, "order-x").await;
     let out = tokio::time::timeout(Duration::from_secs(60), run.result())
         .await
         .map_err(|_| anyhow::anyhow!("the run did not complete"))??;
@@ -299,17 +285,7 @@ async fn step_that_ends_after_its_lease_was_lost_is_not_recorded() -> anyhow::Re
     while *executions.lock().expect("executions") == 0 {
         tokio::task::yield_now().await;
     }
-    let part = partition_of("gated-1");
-    support::execute(
-        &url,
-        &format!(
-            // Locked `FOR UPDATE` first, as a takeover does: a write under way
-            // (which holds the row `FOR KEY SHARE`) commits before the move.
-            "UPDATE reel_leases SET owner = 'elsewhere', expires_at = now() + interval '1 hour' \
-             WHERE part = (SELECT part FROM reel_leases WHERE part = {part} FOR UPDATE)"
-        ),
-    )
-    .await;
+    lease_elsewhere(&url, "gated-1").await;
     let before = run.events().await?.len();
     GATE.add_permits(1);
     // The body's result is refused; the run stops here without a crash or a park.
@@ -349,13 +325,7 @@ async fn step_that_ends_after_its_lease_was_lost_is_not_recorded() -> anyhow::Re
     let _ = task.await;
     // Once the partition is free again, the run goes on here: the step was not
     // recorded, so it runs again (at least once), and the run completes.
-    support::execute(
-        &url,
-        &format!(
-            "UPDATE reel_leases SET owner = NULL, expires_at = '-infinity' WHERE part = {part}"
-        ),
-    )
-    .await;
+    free_lease(&url, "gated-1").await;
     let out = tokio::time::timeout(Duration::from_secs(60), run.result())
         .await
         .map_err(|_| anyhow::anyhow!("the run did not complete"))??;

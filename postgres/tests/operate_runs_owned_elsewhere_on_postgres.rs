@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use reel::{Ctx, Error, Host, RunFilter, RunStatus, StatusKind, Workflow};
-use reel_postgres::partition_of;
+use support::hosts::{owned_by, spread};
 
 /// A step, a signal, a step; the steps name the host that ran them.
 #[derive(Clone)]
@@ -73,14 +73,9 @@ fn waiting(status: &RunStatus) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operate_runs_owned_elsewhere_on_postgres() -> anyhow::Result<()> {
     let url = support::database("operate_elsewhere").await;
-    let hosts = [host(&url, "host-0").await?, host(&url, "host-1").await?];
-    let owners = support::spread_leases(&url, "host-", 2, 128).await;
+    let (hosts, owners) = spread::<2>(&url, 128, host).await?;
     // Runs owned by host-1, operated from host-0 (which also starts them).
-    let ids: Vec<String> = (0..)
-        .map(|i| format!("gate-{i}"))
-        .filter(|id| owners[partition_of(id) as usize] == 1)
-        .take(3)
-        .collect();
+    let ids = owned_by(&owners, 1, "gate", 3);
     let (here, owner) = (&hosts[0], &hosts[1]);
     for id in &ids {
         here.start::<Gate>(id, ()).await?;

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use reel::testing::TestClock;
 use reel::{Ctx, Host, Workflow};
-use reel_postgres::partition_of;
-use support::hosts::{owned_by, result_of, shutdown_all, spread, suspended, until_status};
+use support::hosts::{
+    free_lease, lease_elsewhere, owned_by, result_of, shutdown_all, spread, suspended, until_status,
+};
 
 type Execs = Arc<Mutex<BTreeMap<u32, u32>>>;
 
@@ -234,23 +235,9 @@ async fn continue_as_new_survives_a_lost_lease() -> anyhow::Result<()> {
     let url = support::database("hunt_e_can_lease").await;
     let (_, execs, hosts, owners) = two(&url).await?;
     let id = &start_loop(&hosts, &owners, &execs, 6).await?;
-    let part = partition_of(id);
-    support::execute(
-        &url,
-        &format!(
-            "UPDATE reel_leases SET owner = 'elsewhere', expires_at = now() + interval '1 hour' \
-             WHERE part = (SELECT part FROM reel_leases WHERE part = {part} FOR UPDATE)"
-        ),
-    )
-    .await;
+    lease_elsewhere(&url, id).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    support::execute(
-        &url,
-        &format!(
-            "UPDATE reel_leases SET owner = NULL, expires_at = '-infinity' WHERE part = {part}"
-        ),
-    )
-    .await;
+    free_lease(&url, id).await;
     let out = result_of::<Loop>(&hosts[0], id).await??;
     assert_eq!(out, 25);
     let execs = execs.lock().unwrap_or_else(|p| p.into_inner()).clone();

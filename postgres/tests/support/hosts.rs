@@ -88,3 +88,32 @@ pub async fn result_of<W: reel::Workflow>(
         .await
         .map_err(|_| anyhow::anyhow!("{id} did not end"))
 }
+
+/// Gives the lease of the partition of `run_id` to a host with no heartbeat, for
+/// an hour: as if its owner had been cut off long enough for the lease to expire
+/// and be taken. Locked `FOR UPDATE` first, as a takeover does: a write under
+/// way (which holds the row `FOR KEY SHARE`) commits before the move.
+pub async fn lease_elsewhere(url: &str, run_id: &str) {
+    let part = partition_of(run_id);
+    super::execute(
+        url,
+        &format!(
+            "UPDATE reel_leases SET owner = 'elsewhere', expires_at = now() + interval '1 hour' \
+             WHERE part = (SELECT part FROM reel_leases WHERE part = {part} FOR UPDATE)"
+        ),
+    )
+    .await;
+}
+
+/// Frees the lease of the partition of `run_id`: a host takes it at its next
+/// renewal.
+pub async fn free_lease(url: &str, run_id: &str) {
+    let part = partition_of(run_id);
+    super::execute(
+        url,
+        &format!(
+            "UPDATE reel_leases SET owner = NULL, expires_at = '-infinity' WHERE part = {part}"
+        ),
+    )
+    .await;
+}
