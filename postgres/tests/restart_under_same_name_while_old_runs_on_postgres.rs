@@ -7,6 +7,10 @@
 //! The old process (a child, SIGKILLed at the end) starts the runs and works on
 //! them; the new one (this process) joins under the same id while it does, and
 //! waits for every run to end. Each step body logs which process ran it.
+//!
+//! The usual restart under the same id, after the old process died (SIGKILL),
+//! works: the new process takes the old leases as its own at once and finishes
+//! every run with no recorded step run again.
 
 mod procs;
 mod support;
@@ -41,6 +45,9 @@ async fn open(dir: &Path, tag: &str) -> anyhow::Result<Host> {
         .build()
         .await?)
 }
+
+/// The child of the restart after a kill.
+const KILLED_ENV: &str = "REEL_PG_SAME_NAME_KILLED_CHILD_DIR";
 
 fn child(dir: &Path) {
     procs::runtime().block_on(async {
@@ -126,4 +133,47 @@ fn restart_under_same_name_while_old_runs_on_postgres() {
         problems.len(),
         problems.join("\n")
     );
+}
+
+#[test]
+fn restart_under_same_name_after_a_kill_on_postgres() {
+    if let Ok(dir) = std::env::var(KILLED_ENV) {
+        child(Path::new(&dir));
+        return;
+    }
+    let rt = procs::runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = rt.block_on(support::database("same_name_killed"));
+    std::fs::write(dir.path().join("url"), &url).expect("url file");
+    let old = Proc::spawn(
+        "restart_under_same_name_after_a_kill_on_postgres",
+        KILLED_ENV,
+        dir.path(),
+        &[],
+    );
+    let (mut started, mut executed) = (false, 0);
+    old.until(Duration::from_secs(60), |line| {
+        started |= line == "started";
+        executed += usize::from(line.starts_with("exec "));
+        started && executed >= 40
+    });
+    old.kill();
+    let recorded = rt.block_on(async {
+        let new = open(dir.path(), "new").await.expect("the new process");
+        let mut recorded = HashMap::new();
+        for i in 0..RUNS {
+            let id = format!("run-{i}");
+            let run = new.handle::<Tagged>(&id);
+            let tokens = tokio::time::timeout(Duration::from_secs(30), run.result())
+                .await
+                .unwrap_or_else(|_| panic!("{id} did not end"))
+                .expect("completes");
+            assert_eq!(run.status().await.expect("status"), RunStatus::Completed);
+            recorded.insert(id, tokens);
+        }
+        new.shutdown().await.expect("shutdown");
+        recorded
+    });
+    let problems = procs::not_last(&dir.path().join("executions.log"), &recorded);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
