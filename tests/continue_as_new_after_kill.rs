@@ -109,14 +109,7 @@ async fn drive(host: &Host) -> Vec<(String, Ledger)> {
 }
 
 fn child(dir: &Path) {
-    let rt = common::kill::runtime();
-    rt.block_on(async {
-        let host = open(dir).await.expect("open");
-        drive(&host).await;
-        println!("all-done");
-        std::io::stdout().flush().ok();
-        host.shutdown().await.expect("shutdown");
-    });
+    common::kill::drive_child(open(dir), drive);
 }
 
 #[test]

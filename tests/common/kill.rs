@@ -1,6 +1,8 @@
 //! SIGKILL rounds for crash tests: the test binary runs itself again as a child
 //! process (one test, with an environment variable naming the data directory) and
 //! kills it at a random moment, several times over the same data.
+// Also compiled by path into tests that use only part of it.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -93,4 +95,20 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("runtime")
+}
+
+/// The killed child's whole life, on a runtime of its own: opens the host, runs
+/// `drive` on it (what it returns is dropped), prints `all-done` (after which the
+/// rounds stop) and shuts the host down.
+pub fn drive_child<T>(
+    open: impl Future<Output = reel::Result<reel::Host>>,
+    drive: impl AsyncFnOnce(&reel::Host) -> T,
+) {
+    runtime().block_on(async {
+        let host = open.await.expect("open");
+        drive(&host).await;
+        println!("all-done");
+        std::io::Write::flush(&mut std::io::stdout()).ok();
+        host.shutdown().await.expect("shutdown");
+    });
 }
