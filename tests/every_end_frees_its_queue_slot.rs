@@ -164,12 +164,7 @@ async fn every_kind_of_end_frees_the_slot_and_continue_as_new_keeps_it() -> anyh
 async fn refused_operations_on_an_enqueued_run_change_nothing() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let job = Job::default();
-    let host = Host::builder()
-        .path(dir.path())
-        .register(job.clone())
-        .queue("q", QueueOptions::default().concurrency(1))
-        .build()
-        .await?;
+    let host = common::hosts::open_queued(dir.path(), job.clone(), "q", 1).await?;
     host.start_on::<Job>("q", "first", Plan::Wait).await?;
     admitted(&host, "first").await?;
     let queued = host.start_on::<Job>("q", "queued", Plan::Wait).await?;

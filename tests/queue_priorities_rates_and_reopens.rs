@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::within;
 use common::workflows::Tick;
 use reel::testing::TestClock;
-use reel::{Ctx, Error, Event, Host, HostBuilder, QueueOptions, RunStatus, StartOptions, Workflow};
+use reel::{Ctx, Error, Event, Host, RunStatus, StartOptions, Workflow};
 use tokio::sync::mpsc;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -78,11 +78,9 @@ fn job() -> (Job, mpsc::UnboundedReceiver<String>) {
     )
 }
 
-fn builder(dir: &std::path::Path, job: &Job, concurrency: usize) -> HostBuilder {
-    Host::builder()
-        .path(dir)
-        .register(job.clone())
-        .queue("q", QueueOptions::default().concurrency(concurrency))
+/// A host running `job`, with a queue `q` of `concurrency`.
+async fn open(dir: &std::path::Path, job: &Job, concurrency: usize) -> reel::Result<Host> {
+    common::hosts::open_queued(dir, job.clone(), "q", concurrency).await
 }
 
 async fn next(rx: &mut mpsc::UnboundedReceiver<String>) -> anyhow::Result<String> {
@@ -230,7 +228,7 @@ async fn cancelled_enqueued_runs_take_no_room_in_the_rate_window() -> anyhow::Re
 async fn ending_enqueued_runs_frees_keys_and_places() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (job, mut entered) = job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     host.start_on::<Job>("q", "holder", ()).await?;
     assert_eq!(next(&mut entered).await?, "holder");
     let keyed = |k: &str, p: i32| StartOptions::default().queue("q").dedup_key(k).priority(p);
@@ -261,7 +259,7 @@ async fn ending_enqueued_runs_frees_keys_and_places() -> anyhow::Result<()> {
 
     // After a restart the freed keys stay free and the order is d, b2, c2, b.
     let (job, mut entered) = self::job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     assert!(matches!(
         host.start_with::<Job>("x", (), keyed("kb", 0)).await,
         Err(Error::Deduplicated { .. })
@@ -289,7 +287,7 @@ async fn ending_enqueued_runs_frees_keys_and_places() -> anyhow::Result<()> {
 async fn extreme_priorities_order() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (job, mut entered) = job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     host.start_on::<Job>("q", "holder", ()).await?;
     assert_eq!(next(&mut entered).await?, "holder");
     let prios = [
@@ -329,7 +327,7 @@ async fn extreme_priorities_order() -> anyhow::Result<()> {
 async fn lower_concurrency_after_reopen_counts_admitted_runs_first() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (job, mut entered) = job();
-    let host = builder(dir.path(), &job, 3).build().await?;
+    let host = open(dir.path(), &job, 3).await?;
     for i in 0..10 {
         host.start_on::<Job>("q", &format!("r{i}"), ()).await?;
     }
@@ -342,7 +340,7 @@ async fn lower_concurrency_after_reopen_counts_admitted_runs_first() -> anyhow::
     host.shutdown().await?;
 
     let (job, mut entered) = self::job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     none_enters(&mut entered).await?;
     assert_eq!(host.run("r3").status().await?, RunStatus::Enqueued);
     finish(&host, "r0").await?;
@@ -356,7 +354,7 @@ async fn lower_concurrency_after_reopen_counts_admitted_runs_first() -> anyhow::
 
     // And a higher one admits more at once.
     let (job, mut entered) = self::job();
-    let host = builder(dir.path(), &job, 4).build().await?;
+    let host = open(dir.path(), &job, 4).await?;
     let mut more = Vec::new();
     for _ in 0..3 {
         more.push(next(&mut entered).await?);
@@ -383,7 +381,7 @@ async fn limit_and_order_hold_across_many_reopens() -> anyhow::Result<()> {
         round += 1;
         let (job, mut entered) = self::job();
         // Runs admitted before the restart re-run nothing: `enter` is recorded.
-        let host = builder(dir.path(), &job, 2).build().await?;
+        let host = open(dir.path(), &job, 2).await?;
         if round == 1 {
             for id in &ids {
                 host.start_on::<Job>("q", id, ()).await?;
@@ -433,7 +431,7 @@ async fn limit_and_order_hold_across_many_reopens() -> anyhow::Result<()> {
 async fn signal_with_start_on_a_queue_keeps_priority_keys_and_signals() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (job, mut entered) = job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     host.start_on::<Job>("q", "holder", ()).await?;
     assert_eq!(next(&mut entered).await?, "holder");
     host.start_with::<Job>(
@@ -470,7 +468,7 @@ async fn signal_with_start_on_a_queue_keeps_priority_keys_and_signals() -> anyho
     host.shutdown().await?;
 
     let (job, mut entered) = self::job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     finish(&host, "holder").await?;
     assert_eq!(next(&mut entered).await?, "urgent");
     assert_eq!(finish(&host, "urgent").await?, "one,two,done");
@@ -500,13 +498,7 @@ impl Workflow for Hopper {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continued_run_keeps_slot_and_key_across_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let open = || {
-        Host::builder()
-            .path(dir.path())
-            .register(Hopper)
-            .queue("q", QueueOptions::default().concurrency(1))
-            .build()
-    };
+    let open = || common::hosts::open_queued(dir.path(), Hopper, "q", 1);
     let opts = |k: &str| StartOptions::default().queue("q").dedup_key(k);
     let host = open().await?;
     let h = host.start_with::<Hopper>("h", 0, opts("k")).await?;

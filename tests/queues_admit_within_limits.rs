@@ -16,8 +16,7 @@ use common::within;
 use common::workflows::Tick;
 use reel::testing::TestClock;
 use reel::{
-    Ctx, Error, Event, Host, HostBuilder, QueueOptions, RunFilter, RunStatus, StartOptions,
-    StatusKind, Workflow,
+    Ctx, Error, Event, Host, QueueOptions, RunFilter, RunStatus, StartOptions, StatusKind, Workflow,
 };
 use tokio::sync::mpsc;
 
@@ -65,11 +64,9 @@ fn job() -> (Job, mpsc::UnboundedReceiver<String>) {
     (job, rx)
 }
 
-fn builder(dir: &std::path::Path, job: &Job, concurrency: usize) -> HostBuilder {
-    Host::builder()
-        .path(dir)
-        .register(job.clone())
-        .queue("q", QueueOptions::default().concurrency(concurrency))
+/// A host running `job`, with a queue `q` of `concurrency`.
+async fn open(dir: &std::path::Path, job: &Job, concurrency: usize) -> reel::Result<Host> {
+    common::hosts::open_queued(dir, job.clone(), "q", concurrency).await
 }
 
 async fn next(rx: &mut mpsc::UnboundedReceiver<String>) -> anyhow::Result<String> {
@@ -87,7 +84,7 @@ async fn go(host: &Host, id: &str) -> anyhow::Result<()> {
 async fn a_thousand_runs_never_more_than_three_at_once() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (job, mut entered) = job();
-    let host = builder(dir.path(), &job, 3).build().await?;
+    let host = open(dir.path(), &job, 3).await?;
     let ids: Vec<String> = (0..1000).map(|i| format!("job-{i:04}")).collect();
     for id in &ids {
         host.start_on::<Job>("q", id, ()).await?;
@@ -138,7 +135,7 @@ async fn a_thousand_runs_never_more_than_three_at_once() -> anyhow::Result<()> {
 async fn priority_first_then_start_order_and_limits_survive_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (job, mut entered) = job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     host.start_on::<Job>("q", "blocker", ()).await?;
     assert_eq!(next(&mut entered).await?, "blocker");
     let low = StartOptions::default().queue("q").priority(5);
@@ -156,7 +153,7 @@ async fn priority_first_then_start_order_and_limits_survive_a_restart() -> anyho
 
     // The blocker was admitted: it holds the only slot after the restart too.
     let (job, mut entered) = self::job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     assert_eq!(host.run("high-1").status().await?, RunStatus::Enqueued);
     let mut order = Vec::new();
     let mut current = "blocker".to_owned();
@@ -179,7 +176,7 @@ async fn priority_first_then_start_order_and_limits_survive_a_restart() -> anyho
 async fn dedup_keys_cancels_and_bad_input() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (job, mut entered) = job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     let keyed = |k: &str| StartOptions::default().queue("q").dedup_key(k);
     host.start_with::<Job>("a", (), keyed("invoice-7")).await?;
     assert_eq!(next(&mut entered).await?, "a");
@@ -256,7 +253,7 @@ async fn dedup_keys_cancels_and_bad_input() -> anyhow::Result<()> {
 async fn dedup_keys_hold_across_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (job, mut entered) = job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     let keyed = |k: &str| StartOptions::default().queue("q").dedup_key(k);
     // `a` is admitted and holds `k1`; `b` waits behind it and holds `k2`.
     host.start_with::<Job>("a", (), keyed("k1")).await?;
@@ -266,7 +263,7 @@ async fn dedup_keys_hold_across_a_restart() -> anyhow::Result<()> {
     host.shutdown().await?;
 
     let (job, mut entered) = self::job();
-    let host = builder(dir.path(), &job, 1).build().await?;
+    let host = open(dir.path(), &job, 1).await?;
     for (id, key, holder) in [("c", "k1", "a"), ("d", "k2", "b")] {
         match host.start_with::<Job>(id, (), keyed(key)).await {
             Err(Error::Deduplicated {

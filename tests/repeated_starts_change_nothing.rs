@@ -280,12 +280,7 @@ async fn a_repeated_queued_start_with_another_key_keeps_the_first() -> anyhow::R
 async fn a_queued_start_of_a_direct_run_takes_no_slot() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let job = Job::default();
-    let host = Host::builder()
-        .path(dir.path())
-        .register(job.clone())
-        .queue("q", QueueOptions::default().concurrency(1))
-        .build()
-        .await?;
+    let host = common::hosts::open_queued(dir.path(), job.clone(), "q", 1).await?;
     let direct = host.start::<Job>("direct", ()).await?;
     within(LIMIT, "direct", direct.wait_until_suspended()).await??;
     // The id exists (not on a queue): the queued start is idempotent.

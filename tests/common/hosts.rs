@@ -47,3 +47,22 @@ pub async fn open_rate_limited<W: Workflow>(
         .build()
         .await
 }
+
+/// A host over the store at `path` running `workflow`, with a queue `queue`
+/// that runs at most `concurrency` runs at once.
+pub async fn open_queued<W: Workflow>(
+    path: impl Into<PathBuf>,
+    workflow: W,
+    queue: &str,
+    concurrency: usize,
+) -> reel::Result<Host> {
+    Host::builder()
+        .path(path)
+        .register(workflow)
+        .queue(
+            queue,
+            reel::QueueOptions::default().concurrency(concurrency),
+        )
+        .build()
+        .await
+}
