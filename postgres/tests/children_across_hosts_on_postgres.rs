@@ -60,9 +60,8 @@ impl Workflow for Parent {
 }
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
-    let store = support::join(url, name).await?;
-    Ok(Host::builder()
-        .store(store)
+    Ok(support::hosts::joined(url, name)
+        .await?
         .register(Kid)
         .register(Parent)
         .build()

@@ -60,9 +60,8 @@ impl Workflow for Order {
 }
 
 async fn host(url: &str, name: &str, executions: &Executions) -> anyhow::Result<Host> {
-    let store = support::join(url, name).await?;
-    Ok(Host::builder()
-        .store(store)
+    Ok(support::hosts::joined(url, name)
+        .await?
         .register(Order {
             host: name.to_owned(),
             executions: executions.clone(),

@@ -39,9 +39,8 @@ impl Workflow for Gate {
 }
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
-    let store = support::join(url, name).await?;
-    Ok(Host::builder()
-        .store(store)
+    Ok(support::hosts::joined(url, name)
+        .await?
         .register(Gate {
             host: name.to_owned(),
         })

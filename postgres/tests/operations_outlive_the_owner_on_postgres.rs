@@ -45,9 +45,8 @@ impl Workflow for Job {
 }
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
-    let store = support::join(url, name).await?;
-    Ok(Host::builder()
-        .store(store)
+    Ok(support::hosts::joined(url, name)
+        .await?
         .restart_limit(1, Duration::from_secs(30))
         .register(Job {
             host: name.to_owned(),

@@ -43,9 +43,8 @@ impl Workflow for Tick {
 }
 
 async fn host(url: &str, name: &str, clock: &TestClock, fired: &Fired) -> anyhow::Result<Host> {
-    let store = support::join(url, name).await?;
-    Ok(Host::builder()
-        .store(store)
+    Ok(support::hosts::joined(url, name)
+        .await?
         .clock(clock.clone())
         .register(Tick {
             fired: fired.clone(),

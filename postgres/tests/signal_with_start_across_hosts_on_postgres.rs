@@ -23,9 +23,8 @@ use reel::{Ctx, Host, Workflow};
 use reel_postgres::partition_of;
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
-    let store = support::join(url, name).await?;
-    Ok(Host::builder()
-        .store(store)
+    Ok(support::hosts::joined(url, name)
+        .await?
         .register(Cart)
         .register(Counter)
         .build()

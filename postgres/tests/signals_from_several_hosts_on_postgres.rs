@@ -26,9 +26,8 @@ impl Workflow for Collect {
 }
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
-    let store = support::join(url, name).await?;
-    Ok(Host::builder()
-        .store(store)
+    Ok(support::hosts::joined(url, name)
+        .await?
         .register(Collect)
         .build()
         .await?)

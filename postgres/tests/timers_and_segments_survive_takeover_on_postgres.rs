@@ -78,9 +78,8 @@ impl Workflow for Loop {
 }
 
 async fn host(url: &str, name: &str, clock: &TestClock, execs: &Execs) -> anyhow::Result<Host> {
-    let store = support::join(url, name).await?;
-    Ok(Host::builder()
-        .store(store)
+    Ok(support::hosts::joined(url, name)
+        .await?
         .clock(clock.clone())
         .register(Nap {
             host: name.to_owned(),

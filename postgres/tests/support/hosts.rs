@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use reel::{Host, RunStatus};
+use reel::{Host, HostBuilder, RunStatus};
 use reel_postgres::partition_of;
 
 /// Opens the hosts `host-0` to `host-{N-1}` on `url` with `open`, one after
@@ -24,6 +24,12 @@ pub async fn spread<const N: usize>(
         .map_err(|_| anyhow::anyhow!("opened a wrong number of hosts"))?;
     let owners = super::spread_leases(url, "host-", N, min_each).await;
     Ok((hosts, owners))
+}
+
+/// A host builder over the database at `url`, joined as the host `name` with
+/// [`super::TEST_LEASE`].
+pub async fn joined(url: &str, name: &str) -> anyhow::Result<HostBuilder> {
+    Ok(Host::builder().store(super::join(url, name).await?))
 }
 
 /// The first `count` ids `<prefix>-<i>` whose partition `owners` gives to the
