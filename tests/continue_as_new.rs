@@ -117,11 +117,7 @@ fn open(dir: &Path, entity: &Entity) -> impl Future<Output = reel::Result<Host>>
 /// A host that passivates a run as soon as it only waits: every signal activates
 /// the run from disk and replays.
 fn open_passivating(dir: &Path, entity: &Entity) -> impl Future<Output = reel::Result<Host>> {
-    Host::builder()
-        .path(dir.join("store"))
-        .register(entity.clone())
-        .passivate_after(Duration::ZERO)
-        .build()
+    common::hosts::open_passivating(dir.join("store"), entity.clone(), Duration::ZERO)
 }
 
 /// A ledger that ends after `until` signals.

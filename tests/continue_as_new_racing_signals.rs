@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::within;
 use futures::future::{Either, select};
-use reel::{Ctx, Error, Event, Host, Workflow};
+use reel::{Ctx, Error, Event, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -41,12 +41,7 @@ impl Workflow for Hopper {
 
 async fn hop(passivate: Duration) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Hopper)
-        .passivate_after(passivate)
-        .build()
-        .await?;
+    let host = common::hosts::open_passivating(dir.path(), Hopper, passivate).await?;
     for iter in 0..4 {
         let run = host
             .start::<Hopper>(&format!("h{iter}"), Vec::new())
@@ -161,13 +156,7 @@ fn log_winner(events: &[Event]) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_against_zero_timer_is_decided_once_across_restarts() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let open = |passivate: Duration| {
-        Host::builder()
-            .path(dir.path())
-            .register(Racer)
-            .passivate_after(passivate)
-            .build()
-    };
+    let open = |passivate: Duration| common::hosts::open_passivating(dir.path(), Racer, passivate);
     let mut winners = BTreeMap::new();
     for iter in 0..20 {
         let id = format!("r{iter}");

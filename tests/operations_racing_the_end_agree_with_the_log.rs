@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::within;
 use futures::StreamExt;
-use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
+use reel::{Ctx, Error, Event, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -30,13 +30,7 @@ impl Workflow for Forever {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_racing_the_shutdown_is_carried_out_after_the_reopen() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let open = |p: Duration| {
-        Host::builder()
-            .path(dir.path())
-            .register(Forever)
-            .passivate_after(p)
-            .build()
-    };
+    let open = |p: Duration| common::hosts::open_passivating(dir.path(), Forever, p);
     let mut acked = 0;
     for iter in 0..25 {
         let id = format!("f{iter}");
@@ -116,12 +110,7 @@ impl Workflow for One {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminate_racing_the_end_agrees_with_the_log() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(One)
-        .passivate_after(Duration::from_millis(1))
-        .build()
-        .await?;
+    let host = common::hosts::open_passivating(dir.path(), One, Duration::from_millis(1)).await?;
     for iter in 0..40u32 {
         let run = host.start::<One>(&format!("t{iter}"), ()).await?;
         run.wait_until_suspended().await?;
@@ -186,12 +175,7 @@ impl Workflow for Patient {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_waits_racing_signals_under_passivation_lose_nothing() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Patient)
-        .passivate_after(Duration::ZERO)
-        .build()
-        .await?;
+    let host = common::hosts::open_passivating(dir.path(), Patient, Duration::ZERO).await?;
     for iter in 0..6 {
         let run = host.start::<Patient>(&format!("p{iter}"), 30).await?;
         for k in 0..30u32 {
@@ -229,12 +213,7 @@ impl Workflow for Hop {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_follow_a_run_through_segments_and_passivation() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Hop)
-        .passivate_after(Duration::ZERO)
-        .build()
-        .await?;
+    let host = common::hosts::open_passivating(dir.path(), Hop, Duration::ZERO).await?;
     for iter in 0..5 {
         let run = host.start::<Hop>(&format!("w{iter}"), 15).await?;
         let mut watchers = Vec::new();
@@ -267,12 +246,7 @@ async fn watchers_follow_a_run_through_segments_and_passivation() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_until_suspended_racing_the_end_never_hangs() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(One)
-        .passivate_after(Duration::ZERO)
-        .build()
-        .await?;
+    let host = common::hosts::open_passivating(dir.path(), One, Duration::ZERO).await?;
     for iter in 0..30u32 {
         let run = host.start::<One>(&format!("s{iter}"), ()).await?;
         let mut waiters = Vec::new();
@@ -321,12 +295,7 @@ impl Workflow for Taker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signal_with_start_racing_the_end_of_the_run_it_creates() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Taker)
-        .passivate_after(Duration::ZERO)
-        .build()
-        .await?;
+    let host = common::hosts::open_passivating(dir.path(), Taker, Duration::ZERO).await?;
     for iter in 0..20 {
         let id = format!("sws{iter}");
         let mut tasks = Vec::new();
@@ -407,12 +376,7 @@ async fn signal_with_start_racing_the_end_of_the_run_it_creates() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_resume_and_cancel_racing_end_cancelled() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Forever)
-        .passivate_after(Duration::ZERO)
-        .build()
-        .await?;
+    let host = common::hosts::open_passivating(dir.path(), Forever, Duration::ZERO).await?;
     for iter in 0..30 {
         let run = host.start::<Forever>(&format!("prc{iter}"), ()).await?;
         if iter % 2 == 0 {

@@ -4,11 +4,13 @@
 //! execution task or handler future of theirs is left in memory. Signalled later,
 //! each run is rebuilt from its log alone and ends with its own input.
 
+mod common;
+
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use futures::future::try_join_all;
-use reel::{Ctx, Host, Workflow};
+use reel::{Ctx, Workflow};
 
 /// Handler state alive now, across all runs.
 static ALIVE: AtomicI64 = AtomicI64::new(0);
@@ -56,12 +58,8 @@ async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) -> anyhow::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passivated_runs_hold_no_handler_future() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Holder)
-        .passivate_after(Duration::from_millis(1))
-        .build()
-        .await?;
+    let host =
+        common::hosts::open_passivating(dir.path(), Holder, Duration::from_millis(1)).await?;
     let runs = try_join_all((0..100u32).map(|i| {
         let host = &host;
         async move { host.start::<Holder>(&format!("h{i}"), i).await }

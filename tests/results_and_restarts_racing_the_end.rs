@@ -156,13 +156,7 @@ async fn reopen_in_a_loop_while_runs_progress() -> anyhow::Result<()> {
     const RUNS: u32 = 6;
     const ROUNDS: u32 = 20;
     let dir = tempfile::tempdir()?;
-    let open = || {
-        Host::builder()
-            .path(dir.path())
-            .register(Progress)
-            .passivate_after(Duration::from_millis(1))
-            .build()
-    };
+    let open = || common::hosts::open_passivating(dir.path(), Progress, Duration::from_millis(1));
     let mut recorded_before: BTreeSet<(String, String)> = BTreeSet::new();
     for round in 0..ROUNDS {
         let host = open().await?;

@@ -66,3 +66,18 @@ pub async fn open_queued<W: Workflow>(
         .build()
         .await
 }
+
+/// A host over the store at `path` running `workflow` that passivates a run once
+/// it has waited `after`.
+pub async fn open_passivating<W: Workflow>(
+    path: impl Into<PathBuf>,
+    workflow: W,
+    after: std::time::Duration,
+) -> reel::Result<Host> {
+    Host::builder()
+        .path(path)
+        .register(workflow)
+        .passivate_after(after)
+        .build()
+        .await
+}
