@@ -125,6 +125,9 @@ pub struct Core {
     /// Partitions being given back (`cluster`): still leased, but what would wake
     /// their runs goes to the inbox, for the next owner.
     leaving: Mutex<BTreeSet<u16>>,
+    /// Until when this host's leases surely hold, by its own clock (`cluster`):
+    /// past it, another host may own its runs, and no step body starts here.
+    lease_until: Mutex<Option<std::time::Instant>>,
     /// Work in flight (busy executions, deliveries, firing timers), watched by a
     /// clock that moves when the host is idle.
     pub(crate) activity: Arc<reel_storage::Activity>,

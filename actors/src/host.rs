@@ -32,6 +32,9 @@ pub(crate) trait RunHost: Send + Sync + 'static {
 
     /// Marks work in flight (a busy execution) until the guard is dropped.
     fn busy(&self) -> reel_storage::Busy;
+    /// Whether step bodies of the run may start now: on a store shared by several
+    /// hosts, only while this host surely holds the lease of the run's partition.
+    fn lease_holds(&self, run_id: &str) -> bool;
     /// A timer came due: wake its run.
     fn fire_timer(&self, timer: TimerEntry);
     /// A run actor stopped for good (normally, or crashing past its restart limit).

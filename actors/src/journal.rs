@@ -440,6 +440,16 @@ impl Journal {
         self.lock().paused
     }
 
+    /// Whether a step body of the run may start now: on a store shared by
+    /// several hosts, only while the host surely holds the lease of the run's
+    /// partition (never once the host is gone).
+    pub fn lease_holds(&self) -> bool {
+        self.0
+            .host
+            .upgrade()
+            .is_some_and(|h| h.lease_holds(&self.0.run_id))
+    }
+
     /// Whether [`Journal::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.lock().closed

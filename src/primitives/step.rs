@@ -6,7 +6,8 @@
 //! abandoned live (its future dropped when it lost a race) is dropped again at the
 //! same point of the replay, before its body could start. The body's result is
 //! recorded (`StepCompleted`, fsynced, or `StepFailed`) and reaches the handler when
-//! the driver walks that event, like any recorded result.
+//! the driver walks that event, like any recorded result. On a host sharing its
+//! store, a body starts only while the host's leases surely hold.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -22,6 +23,9 @@ use crate::ctx::{SlotWait, StepCtx, encode, idempotency_key, millis};
 use crate::replay::{Kind, Opened, StepPlan};
 use crate::slots::{Key, Resolution, WaitInfo};
 use crate::{Ctx, Error, Result, RetryPolicy, StepError};
+
+/// How often a body waiting for its host's leases to be renewed looks again.
+const LEASE_RECHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How one attempt of the body ended.
 enum Attempt {
@@ -257,6 +261,7 @@ impl Ctx {
         Fut: Future<Output = std::result::Result<T, E>>,
     {
         let _running = self.body_running();
+        self.until_lease_holds().await;
         let step_ctx = StepCtx {
             attempt,
             key: idempotency_key(&self.inner.run_id, self.inner.segment, id),
@@ -303,6 +308,20 @@ impl Ctx {
                 message: format!("panicked: {}", panic_message(&*panic)),
                 final_: false,
             },
+        }
+    }
+
+    /// Waits until a step body may start here: at once, save on a host sharing
+    /// its store whose leases may have run out (it was frozen, or cut off from
+    /// the database), where another host may own the run and have recorded this
+    /// step already. The host's next renewal either renews its leases, and the
+    /// body runs, or stops the run here.
+    async fn until_lease_holds(&self) {
+        let Some(journal) = &self.inner.journal else {
+            return;
+        };
+        while !journal.lease_holds() {
+            tokio::time::sleep(LEASE_RECHECK).await;
         }
     }
 

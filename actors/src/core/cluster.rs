@@ -144,6 +144,24 @@ impl Core {
         });
     }
 
+    /// Whether step bodies of `run_id` may start here: always on a store of its
+    /// own; on a shared one, while this host surely holds the lease of the run's
+    /// partition: its last renewal kept it, and has not run out since by this
+    /// host's clock. A host frozen or cut off past its lease finds it may not,
+    /// and waits for its next renewal, which either renews the lease or stops the
+    /// run here (another host took it over).
+    pub(crate) fn lease_holds(&self, run_id: &str) -> bool {
+        let Some(cluster) = self.cluster() else {
+            return true;
+        };
+        cluster.holds(partition_of(run_id))
+            && self
+                .lease_until
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some_and(|until| std::time::Instant::now() < until)
+    }
+
     /// Starts the lease and inbox tasks of a host that shares its store.
     pub(super) fn join_cluster(&self) {
         let Some(cluster) = self.cluster() else {
@@ -245,6 +263,10 @@ impl Core {
     /// (`hand_back`),
     /// recovers the runs of partitions gained, then reads their inbox.
     async fn renew_leases(&self) {
+        // Asked before the database stamps the new expiry (its clock, its time
+        // plus a lease), so this host's own reckoning ends no later than the
+        // database's, with a tenth of a lease to spare for the clocks' rates.
+        let asked = std::time::Instant::now();
         let store = self.store.clone();
         let renewed = blocking(move || match store.cluster() {
             Some(c) => c.renew(),
@@ -258,6 +280,10 @@ impl Core {
                 return;
             }
         };
+        if let Some(ttl) = self.cluster().map(Cluster::lease_ttl) {
+            *self.lease_until.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(asked + ttl - ttl / 10);
+        }
         if !change.lost.is_empty() {
             tracing::warn!(partitions = ?change.lost, "reel: leases lost to another host; stopping their runs here");
             self.abandon(&change.lost).await;

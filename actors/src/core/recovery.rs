@@ -85,6 +85,7 @@ impl Core {
                 closing: AtomicBool::new(false),
                 inbox: cluster::InboxTurn::default(),
                 leaving: Mutex::default(),
+                lease_until: Mutex::default(),
                 activity: activity.clone(),
                 me: me.clone(),
             }

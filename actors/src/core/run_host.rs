@@ -39,6 +39,10 @@ impl RunHost for Core {
         self.activity.enter()
     }
 
+    fn lease_holds(&self, run_id: &str) -> bool {
+        Core::lease_holds(self, run_id)
+    }
+
     fn fire_timer(&self, timer: TimerEntry) {
         Core::fire_timer(self, timer);
     }
