@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::within;
-use reel::{Ctx, Error, Host, RunStatus, StatusKind, Workflow};
+use reel::{Ctx, Error, RunStatus, StatusKind, Workflow};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -60,12 +60,7 @@ impl Workflow for Other {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untyped_handle_signals_reads_and_checks_the_type() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Cart)
-        .register(Other)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Cart, Other).await?;
     host.start::<Cart>("c1", ()).await?;
 
     let run = host.run("c1");

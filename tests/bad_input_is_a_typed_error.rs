@@ -61,12 +61,7 @@ impl Workflow for Crashy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_typed_errors() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Echo)
-        .register(Other)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Echo, Other).await?;
 
     assert_eq!(
         host.start::<NotRegistered>("x", ()).await.map(|_| ()),

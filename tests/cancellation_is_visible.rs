@@ -327,12 +327,7 @@ impl Workflow for Parent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_reaches_the_children_the_run_waits_on() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Parent)
-        .register(Child)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Parent, Child).await?;
     let parent = host.start::<Parent>("cancel-parent", ()).await?;
     let child = host.handle::<Child>("cancel-parent/child");
     within(LIMIT, "child waits", async {

@@ -2,6 +2,8 @@
 //! id is its own id, or a cycle of children) fails at once with `Error::ChildCycle`
 //! naming the cycle: the calling handler sees the error; nothing hangs.
 
+mod common;
+
 use std::time::Duration;
 
 use reel::{Ctx, Error, Host, Workflow};
@@ -36,12 +38,7 @@ impl Workflow for Relay {
 }
 
 async fn open(dir: &std::path::Path) -> reel::Result<Host> {
-    Host::builder()
-        .path(dir)
-        .register(Narcissus)
-        .register(Relay)
-        .build()
-        .await
+    common::hosts::open_two(dir, Narcissus, Relay).await
 }
 
 /// Ends a test that would otherwise hang.

@@ -207,12 +207,7 @@ impl Workflow for LoopParent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_gets_the_last_segment_of_a_child_that_continued_as_new() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Looper)
-        .register(LoopParent)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Looper, LoopParent).await?;
     let parent = host.start::<LoopParent>("p", ()).await?;
     let child = host.handle::<Looper>("looper-child");
     within(LIMIT, "child started", async {

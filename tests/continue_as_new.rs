@@ -385,12 +385,7 @@ async fn continuing_to_an_unregistered_version_parks_until_it_is_registered() ->
     host.shutdown().await?;
 
     // A host with version 2 resumes the run: it continues as new, onto version 2.
-    let host = Host::builder()
-        .path(&store)
-        .register(UpgradeV1)
-        .register(UpgradeV2)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(&store, UpgradeV1, UpgradeV2).await?;
     let run = host.handle::<UpgradeV1>("up");
     assert_eq!(
         within(LIMIT, "the result", run.result()).await??,

@@ -4,6 +4,8 @@
 //! record; the host still opens, `runs()` still lists everything, and every other run
 //! resumes and completes.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -43,12 +45,7 @@ impl Workflow for Napper {
 }
 
 async fn open(dir: &Path) -> reel::Result<Host> {
-    Host::builder()
-        .path(dir)
-        .register(Job)
-        .register(Napper)
-        .build()
-        .await
+    common::hosts::open_two(dir, Job, Napper).await
 }
 
 fn log_key(run: &str, seq: u64) -> Vec<u8> {

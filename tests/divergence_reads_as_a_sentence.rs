@@ -89,24 +89,14 @@ async fn divergence_text<W: Workflow>(host: &Host, run_id: &str) -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn divergence_messages_name_what_the_handler_did() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(RenamedV0)
-        .register(EarlyV0)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), RenamedV0, EarlyV0).await?;
     let renamed = host.start::<RenamedV0>("r-1", ()).await?;
     within(LIMIT, "the wait for `go`", renamed.wait_until_suspended()).await??;
     let early = host.start::<EarlyV0>("e-1", ()).await?;
     within(LIMIT, "the wait for `go`", early.wait_until_suspended()).await??;
     host.shutdown().await?;
 
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Renamed)
-        .register(Early)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Renamed, Early).await?;
     assert_eq!(
         divergence_text::<Renamed>(&host, "r-1").await?,
         "replay diverged at event 3: the log has step `label` there, but the handler \

@@ -47,12 +47,7 @@ impl Workflow for Waiter {
 }
 
 async fn host(dir: &std::path::Path) -> anyhow::Result<Host> {
-    Ok(Host::builder()
-        .path(dir)
-        .register(Quick)
-        .register(Waiter)
-        .build()
-        .await?)
+    Ok(common::hosts::open_two(dir, Quick, Waiter).await?)
 }
 
 /// Every page of `filter`, in order.

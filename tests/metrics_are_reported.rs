@@ -2,10 +2,12 @@
 //! by status, parked runs, step attempts by outcome with their durations, group
 //! commits and their sizes, live runs; a recorder the service installs sees them.
 
+mod common;
+
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use reel::{Ctx, Error, Host, RetryPolicy, Workflow};
+use reel::{Ctx, Error, RetryPolicy, Workflow};
 
 /// A step that fails once then succeeds; fails the run when asked.
 struct Work;
@@ -54,12 +56,7 @@ async fn a_recorder_sees_runs_steps_and_commits() -> anyhow::Result<()> {
     recorder.install()?;
 
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Work)
-        .register(Waiter)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Work, Waiter).await?;
     host.start::<Work>("ok", false).await?.result().await?;
     assert!(
         host.start::<Work>("bad", true)

@@ -426,12 +426,7 @@ impl Workflow for Spawner {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_parent_harms_no_running_child() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Flaky)
-        .register(Spawner)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Flaky, Spawner).await?;
     let parent = host.start::<Spawner>("dad", ()).await?;
     within(LIMIT, "the parent", parent.result()).await??;
     let kid = host.handle::<Flaky>("kid");

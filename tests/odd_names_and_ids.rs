@@ -119,12 +119,7 @@ impl Workflow for BadChildId {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_with_an_impossible_id_is_an_error_not_a_hang() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(SelfTalk)
-        .register(BadChildId)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), SelfTalk, BadChildId).await?;
     for (i, id) in ["".to_owned(), "nul\0inside".to_owned(), "x".repeat(600)]
         .into_iter()
         .enumerate()

@@ -19,7 +19,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use common::{until_log, waits_on, within};
 use futures::future::{Either, select};
 use reel::testing::{self, Replayed, TestClock};
-use reel::{Clock, Ctx, Host, Workflow};
+use reel::{Clock, Ctx, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const TIMEOUT: Duration = Duration::from_secs(3600);
@@ -89,13 +89,7 @@ async fn signal_that_beat_a_timer_stays_the_winner() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     let started = clock.now();
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(SignalOrTimeout)
-        .register(Witness)
-        .build()
-        .await?;
+    let host = common::hosts::open_two_on(dir.path(), &clock, SignalOrTimeout, Witness).await?;
     let run = host.start::<SignalOrTimeout>("race-a", ()).await?;
     let witness = host.start::<Witness>("witness", ()).await?;
     within(LIMIT, "the race", run.wait_until_suspended()).await??;

@@ -107,12 +107,7 @@ async fn racing_starts_of_two_workflows_on_one_id_pick_one() -> anyhow::Result<(
     let once = Once {
         runs: Counter::default(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .register(once.clone())
-        .register(Twin)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), once.clone(), Twin).await?;
     let mut tasks = Vec::new();
     for i in 0..12u32 {
         let host = host.clone();
@@ -172,12 +167,7 @@ async fn a_start_at_another_version_returns_the_existing_run_and_a_typed_decode_
     let once = Once {
         runs: Counter::default(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .register(once.clone())
-        .register(OnceV2)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), once.clone(), OnceV2).await?;
     assert_eq!(host.start::<Once>("v", 4).await?.result().await?, 8);
     // Same name, other version: the id is taken by this workflow, so the start is
     // idempotent and the run stays on version 1.

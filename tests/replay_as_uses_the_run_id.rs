@@ -2,8 +2,10 @@
 //! ids from `ctx.run_id()` (a child run named after its parent) replays cleanly,
 //! where `testing::replay` (run id `replay`) reports the divergence it would cause.
 
+mod common;
+
 use reel::testing::{self, Replayed};
-use reel::{Ctx, Error, Host, Workflow};
+use reel::{Ctx, Error, Workflow};
 
 struct Kid;
 impl Workflow for Kid {
@@ -30,12 +32,7 @@ impl Workflow for Parent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_as_gives_the_handler_its_run_id() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Parent)
-        .register(Kid)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Parent, Kid).await?;
     let run = host.start::<Parent>("order-7", 21).await?;
     assert_eq!(run.result().await?, 42);
     let events = run.events().await?;

@@ -76,13 +76,7 @@ impl Workflow for Journey {
 }
 
 async fn open(dir: &std::path::Path, j: &Journey, clock: &TestClock) -> reel::Result<Host> {
-    Host::builder()
-        .path(dir)
-        .clock(clock.clone())
-        .register(j.clone())
-        .register(Child)
-        .build()
-        .await
+    common::hosts::open_two_on(dir, &clock, j.clone(), Child).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

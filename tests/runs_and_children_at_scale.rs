@@ -59,12 +59,7 @@ async fn ten_thousand_concurrent_runs_complete() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parent_gathers_children_across_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Parent)
-        .register(Small)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Parent, Small).await?;
     let parent = host.start::<Parent>("p", 50).await?;
     // Sum of (i + 1) * 2 for i in 0..50.
     assert_eq!(parent.result().await?, 2550);
@@ -81,24 +76,14 @@ async fn parent_gathers_children_across_a_restart() -> anyhow::Result<()> {
             ctx.child::<Waiter>("slow-child", ()).await
         }
     }
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Slow)
-        .register(Waiter)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Slow, Waiter).await?;
     let p = host.start::<Slow>("slow", ()).await?;
     p.wait_until_suspended().await?;
     host.handle::<Waiter>("slow-child")
         .wait_until_suspended()
         .await?;
     host.shutdown().await?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Slow)
-        .register(Waiter)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Slow, Waiter).await?;
     host.handle::<Waiter>("slow-child")
         .signal("go", &9u32, "go")
         .await?;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::within;
-use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
+use reel::{Ctx, Error, Event, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -49,12 +49,7 @@ impl Workflow for Launcher {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_child_outlives_its_parent() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Launcher)
-        .register(Worker)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Launcher, Worker).await?;
     let launcher = host.start::<Launcher>("launcher", ()).await?;
     assert_eq!(
         within(LIMIT, "launcher", launcher.result()).await??,
@@ -72,12 +67,7 @@ async fn a_detached_child_outlives_its_parent() -> anyhow::Result<()> {
     host.shutdown().await?;
 
     // After a restart the worker is still there and finishes on its own.
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Launcher)
-        .register(Worker)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Launcher, Worker).await?;
     let worker = host.handle::<Worker>("launcher/worker");
     worker.signal("go", &(), "go-1").await?;
     assert_eq!(within(LIMIT, "worker", worker.result()).await??, "launcher");
@@ -108,12 +98,7 @@ impl Workflow for Supervisor {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_parent_leaves_its_detached_children() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Supervisor)
-        .register(Worker)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Supervisor, Worker).await?;
     let parent = host.start::<Supervisor>("supervisor", ()).await?;
     parent.wait_until_suspended().await?;
     within(LIMIT, "cancel", parent.cancel("done")).await??;
@@ -156,13 +141,7 @@ impl Workflow for Sender {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_from_a_handler_is_sent_once() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let build = || {
-        Host::builder()
-            .path(dir.path())
-            .register(Sender)
-            .register(Worker)
-            .build()
-    };
+    let build = || common::hosts::open_two(dir.path(), Sender, Worker);
     let host = build().await?;
     let worker = host.start::<Worker>("receiver", ()).await?;
     let sender = host.start::<Sender>("sender", "receiver".into()).await?;
@@ -211,12 +190,7 @@ impl Workflow for Forgetful {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_called_but_never_awaited_still_starts() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Forgetful)
-        .register(Worker)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), Forgetful, Worker).await?;
     let parent = host.start::<Forgetful>("forgetful", ()).await?;
     within(LIMIT, "parent", parent.result()).await??;
     let worker = host.handle::<Worker>("forgetful/worker");

@@ -502,13 +502,7 @@ async fn auto_clock_with_two_hosts_waits_for_both_and_fires_in_order() -> anyhow
     let dir_b = tempfile::tempdir()?;
     let clock = TestClock::auto(t0());
     let host_b = common::hosts::open_on(dir_b.path(), &clock, Busy).await?;
-    let host_a = Host::builder()
-        .path(dir_a.path())
-        .clock(clock.clone())
-        .register(Waiter)
-        .register(Approver)
-        .build()
-        .await?;
+    let host_a = common::hosts::open_two_on(dir_a.path(), &clock, Waiter, Approver).await?;
     let busy = host_b.start::<Busy>("busy", ()).await?;
     within(LIMIT, "the step to start", STEP_ENTERED.wait()).await?;
     let waiters: Vec<_> = (0..5).map(|i| format!("w{i}")).collect();

@@ -121,13 +121,7 @@ async fn a_version_mismatch_survives_retry_and_resumes_once_registered() -> anyh
     old.signal("go", &7u32, "go-1").await?;
     host.shutdown().await?;
 
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(JobV1)
-        .register(JobV2)
-        .build()
-        .await?;
+    let host = common::hosts::open_two_on(&path, &clock, JobV1, JobV2).await?;
     let old = host.handle::<JobV1>("old");
     within(LIMIT, "the sleep", old.wait_until_suspended()).await??;
     clock.advance(Duration::from_secs(7200));
@@ -215,13 +209,7 @@ async fn a_child_parked_on_a_missing_version_keeps_its_parent_waiting() -> anyho
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("store");
     let clock = TestClock::new(t0());
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(JobV1)
-        .register(Parent)
-        .build()
-        .await?;
+    let host = common::hosts::open_two_on(&path, &clock, JobV1, Parent).await?;
     let parent = host.start::<Parent>("p", ()).await?;
     within(LIMIT, "the parent to wait", parent.wait_until_suspended()).await??;
     within(
@@ -232,13 +220,7 @@ async fn a_child_parked_on_a_missing_version_keeps_its_parent_waiting() -> anyho
     .await??;
     host.shutdown().await?;
 
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(JobV2)
-        .register(Parent)
-        .build()
-        .await?;
+    let host = common::hosts::open_two_on(&path, &clock, JobV2, Parent).await?;
     let kid = host.run("kid");
     kid.signal("wake", &(), "wake-1").await?;
     until_parked(&kid).await?;
@@ -251,13 +233,7 @@ async fn a_child_parked_on_a_missing_version_keeps_its_parent_waiting() -> anyho
     );
     host.shutdown().await?;
 
-    let host = Host::builder()
-        .path(&path)
-        .clock(clock.clone())
-        .register(JobV1)
-        .register(Parent)
-        .build()
-        .await?;
+    let host = common::hosts::open_two_on(&path, &clock, JobV1, Parent).await?;
     let parent = host.handle::<Parent>("p");
     within(
         LIMIT,

@@ -3,7 +3,7 @@
 
 mod common;
 
-use reel::{Ctx, Error, Host, RunStatus, Workflow};
+use reel::{Ctx, Error, RunStatus, Workflow};
 
 struct V1;
 impl Workflow for V1 {
@@ -58,12 +58,7 @@ async fn runs_stay_on_their_version() -> anyhow::Result<()> {
     host.shutdown().await?;
 
     // Both registered: each run on its own version.
-    let host = Host::builder()
-        .path(dir.path())
-        .register(V1)
-        .register(V2)
-        .build()
-        .await?;
+    let host = common::hosts::open_two(dir.path(), V1, V2).await?;
     let new = host.start::<V2>("new", "bob".into()).await?;
     new.signal("go", &(), "go-2").await?;
     assert_eq!(new.result().await?, "v2 bob");

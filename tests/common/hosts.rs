@@ -81,3 +81,35 @@ pub async fn open_passivating<W: Workflow>(
         .build()
         .await
 }
+
+/// A host over the store at `path` running `first` and `second`, with default
+/// settings.
+pub async fn open_two<A: Workflow, B: Workflow>(
+    path: impl Into<PathBuf>,
+    first: A,
+    second: B,
+) -> reel::Result<Host> {
+    Host::builder()
+        .path(path)
+        .register(first)
+        .register(second)
+        .build()
+        .await
+}
+
+/// A host over the store at `path` on `clock` running `first` and `second`, with
+/// default settings otherwise.
+pub async fn open_two_on<A: Workflow, B: Workflow>(
+    path: impl Into<PathBuf>,
+    clock: &TestClock,
+    first: A,
+    second: B,
+) -> reel::Result<Host> {
+    Host::builder()
+        .path(path)
+        .clock(clock.clone())
+        .register(first)
+        .register(second)
+        .build()
+        .await
+}
