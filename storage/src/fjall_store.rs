@@ -453,7 +453,7 @@ impl MetaReader for FjallStore {
     }
 
     fn count_by_status(&self) -> Result<BTreeMap<StatusKind, u64>> {
-        index::counts(&self.keyspaces()?.listing)
+        index::counts(&self.keyspaces()?)
     }
 }
 

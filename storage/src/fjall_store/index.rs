@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use fjall::{Keyspace, OwnedWriteBatch, PersistMode};
+use fjall::{Keyspace, OwnedWriteBatch, PersistMode, Readable, Snapshot};
 use foldhash::{HashMap, HashMapExt};
 
 use super::Keyspaces;
@@ -107,7 +107,7 @@ impl ListingWriter {
     pub(super) fn open(ks: &Keyspaces) -> Result<ListingWriter> {
         let mut counts = [0; StatusKind::ALL.len()];
         for (i, kind) in StatusKind::ALL.iter().enumerate() {
-            counts[i] = read_count(&ks.listing, *kind)?;
+            counts[i] = count_of(ks.listing.get(count_key(*kind))?);
         }
         Ok(ListingWriter {
             counts,
@@ -239,20 +239,20 @@ impl ListingWriter {
     }
 }
 
-fn read_count(listing: &Keyspace, kind: StatusKind) -> Result<u64> {
-    Ok(match listing.get(count_key(kind))? {
-        Some(v) => <[u8; 8]>::try_from(&*v)
-            .map(u64::from_be_bytes)
-            .unwrap_or(0),
-        None => 0,
-    })
+/// A count as stored (none: 0).
+fn count_of(stored: Option<fjall::Slice>) -> u64 {
+    stored
+        .and_then(|v| <[u8; 8]>::try_from(&*v).ok())
+        .map_or(0, u64::from_be_bytes)
 }
 
-/// The counts per status.
-pub(super) fn counts(listing: &Keyspace) -> Result<BTreeMap<StatusKind, u64>> {
+/// The counts per status, all as of one moment (the writer changes two of
+/// them in one batch when a run moves): they add up to the runs there are.
+pub(super) fn counts(ks: &Keyspaces) -> Result<BTreeMap<StatusKind, u64>> {
+    let snapshot = ks.db.snapshot();
     let mut counts = BTreeMap::new();
     for kind in StatusKind::ALL {
-        counts.insert(kind, read_count(listing, kind)?);
+        counts.insert(kind, count_of(snapshot.get(&ks.listing, count_key(kind))?));
     }
     Ok(counts)
 }
@@ -312,7 +312,7 @@ pub(super) fn build_if_missing(ks: &Keyspaces, format: &Keyspace) -> Result<()> 
 type Positions = std::iter::Peekable<Box<dyn Iterator<Item = Result<ListCursor>>>>;
 
 /// Index entries under `prefix` in the query's range and order, as positions.
-fn positions(listing: &Keyspace, prefix: Vec<u8>, q: &RunQuery) -> Positions {
+fn positions(snapshot: &Snapshot, listing: &Keyspace, prefix: Vec<u8>, q: &RunQuery) -> Positions {
     let at = |ms: u64| key(prefix.clone(), ms, "");
     let lo_key = at(q.created_after.unwrap_or(0));
     let hi_key = match q.created_before {
@@ -349,7 +349,7 @@ fn positions(listing: &Keyspace, prefix: Vec<u8>, q: &RunQuery) -> Positions {
         let run_id = String::from_utf8(id.to_vec()).map_err(|_| bad_key(&k))?;
         Ok(ListCursor { created_ms, run_id })
     };
-    let iter = listing.range((lo, hi));
+    let iter = snapshot.range(listing, (lo, hi));
     let boxed: Box<dyn Iterator<Item = Result<ListCursor>>> = if q.newest_first {
         Box::new(iter.rev().map(decode))
     } else {
@@ -387,9 +387,12 @@ pub(super) fn page(ks: &Keyspaces, q: &RunQuery) -> Result<MetaPage> {
         }
         (None, None) => vec![created_prefix()],
     };
+    // One view for the whole page: a run moving between two statuses the query
+    // names is in exactly one of their ranges, and its record agrees.
+    let snapshot = ks.db.snapshot();
     let mut sources: Vec<Positions> = prefixes
         .into_iter()
-        .map(|p| positions(&ks.listing, p, q))
+        .map(|p| positions(&snapshot, &ks.listing, p, q))
         .collect();
     let limit = q.limit.max(1);
     let mut page = MetaPage::default();
@@ -412,7 +415,7 @@ pub(super) fn page(ks: &Keyspaces, q: &RunQuery) -> Result<MetaPage> {
         }
         examined += 1;
         last = Some(position.clone());
-        let Some(bytes) = ks.runs.get(&position.run_id)? else {
+        let Some(bytes) = snapshot.get(&ks.runs, &position.run_id)? else {
             continue; // deleted since the index entry was read
         };
         match RunMeta::decode("runs", position.run_id.as_bytes(), &bytes) {
