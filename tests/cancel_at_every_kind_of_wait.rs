@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Counter, within};
 use reel::testing::TestClock;
-use reel::{Ctx, Error, Event, Host, RetryPolicy, RunStatus, Workflow};
+use reel::{Ctx, Error, Event, RetryPolicy, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -47,13 +47,13 @@ async fn cancel_during_a_sleep_ends_the_run_and_the_timer_never_wakes_it() -> an
     let clock = TestClock::new(t0());
     let after = Counter::default();
     let open = || {
-        Host::builder()
-            .path(&path)
-            .clock(clock.clone())
-            .register(Sleeper {
+        common::hosts::open_on(
+            &path,
+            &clock,
+            Sleeper {
                 after: after.clone(),
-            })
-            .build()
+            },
+        )
     };
     let host = open().await?;
     let run = host.start::<Sleeper>("s", ()).await?;
@@ -103,14 +103,14 @@ async fn cancel_during_a_retry_backoff_stops_the_retries() -> anyhow::Result<()>
     let dir = tempfile::tempdir()?;
     let clock = TestClock::new(t0());
     let attempts = Counter::default();
-    let host = Host::builder()
-        .path(dir.path())
-        .clock(clock.clone())
-        .register(Flaky {
+    let host = common::hosts::open_on(
+        dir.path(),
+        &clock,
+        Flaky {
             attempts: attempts.clone(),
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.start::<Flaky>("f", ()).await?;
     run.wait_until_suspended().await?;
     clock.advance(HOUR);

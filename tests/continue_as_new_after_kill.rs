@@ -63,12 +63,12 @@ impl Workflow for Entity {
 }
 
 fn open(dir: &Path) -> impl Future<Output = reel::Result<Host>> {
-    Host::builder()
-        .path(dir.join("store"))
-        .register(Entity {
+    common::hosts::open(
+        dir.join("store"),
+        Entity {
             side: dir.join("executions.log"),
-        })
-        .build()
+        },
+    )
 }
 
 /// Sends the signals the run's log (every segment of it) does not hold yet, in

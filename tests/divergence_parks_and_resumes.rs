@@ -5,7 +5,7 @@
 mod common;
 
 use common::Counter;
-use reel::{Ctx, Error, Host, RunStatus, Workflow};
+use reel::{Ctx, Error, RunStatus, Workflow};
 
 /// The code the run was started with.
 struct Original;
@@ -61,13 +61,13 @@ async fn divergence_parks_run_without_touching_its_log() -> anyhow::Result<()> {
     let changed = Changed {
         inserted_ran: Counter::default(),
     };
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Changed {
+    let host = common::hosts::open(
+        dir.path(),
+        Changed {
             inserted_ran: changed.inserted_ran.clone(),
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.handle::<Changed>("o-1");
     // Recovery does not replay a merely waiting run; a signal wakes it.
     run.signal("go", "now", "go-1").await?;

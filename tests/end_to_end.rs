@@ -1,5 +1,7 @@
 //! Every primitive end to end through the public API, on a real store.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -43,13 +45,13 @@ impl Workflow for Checkout {
 async fn checkout_runs_every_primitive() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let charges = Arc::new(AtomicU32::new(0));
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Checkout {
+    let host = common::hosts::open(
+        dir.path(),
+        Checkout {
             charges: charges.clone(),
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.start::<Checkout>("order-1", 1999).await?;
     run.signal("payment", "paid", "evt-1").await?;
     run.signal("payment", "paid-again", "evt-1").await?; // deduplicated
@@ -115,14 +117,14 @@ impl Workflow for Flaky {
 async fn retries_with_durable_backoff_and_exhaustion() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let attempts = Arc::new(AtomicU32::new(0));
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Flaky {
+    let host = common::hosts::open(
+        dir.path(),
+        Flaky {
             attempts: attempts.clone(),
             succeed_on: 3,
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let ok = host.start::<Flaky>("flaky-ok", ()).await?;
     assert_eq!(ok.result().await?, 3);
     assert_eq!(attempts.load(Ordering::SeqCst), 3);
@@ -130,14 +132,14 @@ async fn retries_with_durable_backoff_and_exhaustion() -> anyhow::Result<()> {
 
     let dir = tempfile::tempdir()?;
     let attempts = Arc::new(AtomicU32::new(0));
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Flaky {
+    let host = common::hosts::open(
+        dir.path(),
+        Flaky {
             attempts: attempts.clone(),
             succeed_on: 9,
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let bad = host.start::<Flaky>("flaky-bad", ()).await?;
     match bad.result().await {
         Err(Error::Step { step, message }) => {

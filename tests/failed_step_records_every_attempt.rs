@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Counter, Gate, until_log, within};
-use reel::{AttemptError, Ctx, Error, Event, Failure, Host, RetryPolicy, StepCtx, Workflow};
+use reel::{AttemptError, Ctx, Error, Event, Failure, RetryPolicy, StepCtx, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(5);
 
@@ -78,14 +78,14 @@ fn expected_failure() -> Failure {
 async fn three_failed_attempts_are_recorded_in_the_run_failure() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let attempts = Counter::default();
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Fails {
+    let host = common::hosts::open(
+        dir.path(),
+        Fails {
             attempts: attempts.clone(),
             restart_mid_way: false,
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.start::<Fails>("f-1", ()).await?;
     assert_eq!(
         within(LIMIT, "the run's result", run.result()).await?,
@@ -111,13 +111,13 @@ async fn attempts_before_a_restart_are_recorded_too() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let attempts = Counter::default();
     let open = || {
-        Host::builder()
-            .path(dir.path())
-            .register(Fails {
+        common::hosts::open(
+            dir.path(),
+            Fails {
                 attempts: attempts.clone(),
                 restart_mid_way: true,
-            })
-            .build()
+            },
+        )
     };
     let host = open().await?;
     let run = host.start::<Fails>("f-2", ()).await?;

@@ -86,14 +86,14 @@ async fn a_failed_run_forked_at_its_failed_step_completes_with_the_fixed_code() 
 {
     let dir = tempfile::tempdir()?;
     let (reserved, charged) = (Counter::default(), Counter::default());
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Order {
+    let host = common::hosts::open(
+        dir.path(),
+        Order {
             reserved: reserved.clone(),
             charged: charged.clone(),
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.start::<Order>("o1", 10).await?;
     within(LIMIT, "the coupon wait", run.wait_until_suspended()).await??;
     run.signal("coupon", &5u32, "coupon-1").await?;

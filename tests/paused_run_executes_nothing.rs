@@ -147,14 +147,14 @@ async fn a_step_running_when_the_run_is_paused_finishes_and_is_recorded_once() -
 {
     let dir = tempfile::tempdir()?;
     let (slow, next) = (Counter::default(), Counter::default());
-    let host = Host::builder()
-        .path(dir.path())
-        .register(TwoSteps {
+    let host = common::hosts::open(
+        dir.path(),
+        TwoSteps {
             slow: slow.clone(),
             next: next.clone(),
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.start::<TwoSteps>("s1", ()).await?;
     until_log(&run, LIMIT, "the slow step to start", |e| {
         e.iter()
@@ -174,14 +174,14 @@ async fn a_step_running_when_the_run_is_paused_finishes_and_is_recorded_once() -
     assert_eq!(next.get(), 0, "the paused run went on to its next step");
 
     // Still paused after a restart, its finished step recorded.
-    let host = Host::builder()
-        .path(dir.path())
-        .register(TwoSteps {
+    let host = common::hosts::open(
+        dir.path(),
+        TwoSteps {
             slow: slow.clone(),
             next: next.clone(),
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.handle::<TwoSteps>("s1");
     assert_eq!(run.status().await?, RunStatus::Paused);
     run.resume().await?;

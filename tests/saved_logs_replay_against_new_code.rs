@@ -263,13 +263,13 @@ impl Workflow for Counter2 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_of_continued_runs_replay_their_last_segment() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Counter2 {
+    let host = common::hosts::open(
+        dir.path(),
+        Counter2 {
             changed_first: false,
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host
         .start::<Counter2>("c-1", Tally { seen: 0, total: 0 })
         .await?;

@@ -3,11 +3,13 @@
 //! workflow, step id and attempt. A layer records every span opened in the
 //! process; a run whose step fails once shows two step spans, attempts 1 and 2.
 
+mod common;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reel::{Ctx, Host, RetryPolicy, Workflow};
+use reel::{Ctx, RetryPolicy, Workflow};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -93,13 +95,13 @@ async fn run_and_step_spans_carry_their_ids() -> anyhow::Result<()> {
     tracing::subscriber::set_global_default(Registry::default().with(spans.clone()))?;
     let dir = tempfile::tempdir()?;
     let attempts = Arc::new(AtomicU32::new(0));
-    let host = Host::builder()
-        .path(dir.path())
-        .register(Flaky {
+    let host = common::hosts::open(
+        dir.path(),
+        Flaky {
             attempts: attempts.clone(),
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.start::<Flaky>("order-7", ()).await?;
     assert_eq!(run.result().await?, 2, "the second attempt succeeds");
     host.shutdown().await?;

@@ -10,7 +10,7 @@ use common::{Counter, within};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use reel::testing::TestClock;
-use reel::{Clock, Ctx, Event, Host, Workflow};
+use reel::{Clock, Ctx, Event, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -258,12 +258,12 @@ async fn two_thousand_steps_replay_after_a_restart_without_rerunning() -> anyhow
     let path = dir.path().join("s");
     let bodies = Counter::default();
     let open = || {
-        Host::builder()
-            .path(&path)
-            .register(Many {
+        common::hosts::open(
+            &path,
+            Many {
                 bodies: bodies.clone(),
-            })
-            .build()
+            },
+        )
     };
     let host = open().await?;
     let run = host.start::<Many>("many", 2000).await?;

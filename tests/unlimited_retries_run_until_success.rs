@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Counter, within};
-use reel::{Ctx, Event, Host, RetryPolicy, Workflow};
+use reel::{Ctx, Event, RetryPolicy, Workflow};
 
 struct SucceedsOnSeven {
     attempts: Counter,
@@ -44,13 +44,13 @@ async fn unlimited_policy_retries_until_the_body_succeeds() -> anyhow::Result<()
     );
     let dir = tempfile::tempdir()?;
     let attempts = Counter::default();
-    let host = Host::builder()
-        .path(dir.path())
-        .register(SucceedsOnSeven {
+    let host = common::hosts::open(
+        dir.path(),
+        SucceedsOnSeven {
             attempts: attempts.clone(),
-        })
-        .build()
-        .await?;
+        },
+    )
+    .await?;
     let run = host.start::<SucceedsOnSeven>("u-1", ()).await?;
     assert_eq!(
         within(Duration::from_secs(5), "the run's result", run.result()).await??,
