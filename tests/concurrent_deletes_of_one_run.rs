@@ -24,7 +24,6 @@ impl Workflow for Quick {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the loser of two concurrent deletes of one run gets Error::Storage (sequence conflict), a 500 in the inspector, not UnknownRun"]
 async fn the_losing_delete_is_told_the_run_is_gone() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let host = Host::builder()

@@ -27,6 +27,22 @@ impl Core {
     /// not finished (running, suspended, parked, paused), storage errors.
     pub async fn delete(&self, run_id: &str) -> Result<(), ActorError> {
         self.check_open()?;
+        // A delete racing another (two operators, a retention pass) finds the log
+        // changed under it: it looks again, and finds the run gone (`UnknownRun`)
+        // or, its id taken again, a run to delete or refuse like any other.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.delete_once(run_id).await {
+                Err(ActorError::Storage(reel_storage::StorageError::Conflict { .. }))
+                    if tries < 3 => {}
+                done => return done,
+            }
+        }
+    }
+
+    /// One attempt of [`Core::delete`].
+    async fn delete_once(&self, run_id: &str) -> Result<(), ActorError> {
         let meta = self.known(run_id).await?;
         if !meta.state.is_finished() {
             return Err(ActorError::InvalidState {
