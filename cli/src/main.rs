@@ -77,7 +77,8 @@ enum Command {
     Pause { run: String },
     /// Resumes a paused run.
     Resume { run: String },
-    /// Retries a failed or parked run.
+    /// Activates a parked run again now, with the code registered now (a failed
+    /// run is final: fork it from before its failed step instead).
     Retry { run: String },
     /// Starts a new run from a run's log up to a sequence number.
     Fork {

@@ -80,8 +80,9 @@ pub(crate) async fn list(State(s): State<AppState>, q: Params) -> Result<Json<Va
                     f.status.push(status_kind(part)?);
                 }
             }
-            "workflow" if !v.is_empty() => f.workflow = Some(v),
-            "parent" if !v.is_empty() => f.parent = Some(v),
+            "workflow" => f.workflow = Some(v).filter(|v| !v.is_empty()),
+            "version" => f.version = Some(number(&k, &v)?),
+            "parent" => f.parent = Some(v).filter(|v| !v.is_empty()),
             "created_after" => {
                 f.created_after = Some(UNIX_EPOCH + Duration::from_millis(number(&k, &v)?));
             }
@@ -89,7 +90,7 @@ pub(crate) async fn list(State(s): State<AppState>, q: Params) -> Result<Json<Va
                 f.created_before = Some(UNIX_EPOCH + Duration::from_millis(number(&k, &v)?));
             }
             "limit" => f.limit = number(&k, &v)?,
-            "cursor" if !v.is_empty() => f.cursor = Some(v),
+            "cursor" => f.cursor = Some(v).filter(|v| !v.is_empty()),
             "order" => {
                 f.ascending = match v.as_str() {
                     "asc" => true,
@@ -101,7 +102,13 @@ pub(crate) async fn list(State(s): State<AppState>, q: Params) -> Result<Json<Va
                     }
                 }
             }
-            _ => {}
+            // A typo (`stauts=failed`) would otherwise list every run.
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown parameter `{other}` (the listing takes status, workflow, \
+                     version, parent, created_after, created_before, limit, cursor, order)"
+                )));
+            }
         }
     }
     if f.limit == 0 || f.limit > s.opts.max_page {

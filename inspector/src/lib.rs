@@ -28,7 +28,7 @@
 //! | route | what |
 //! | --- | --- |
 //! | `GET /` | the web page (runs table; `#/run/ID` a run's timeline); nested at `/admin` it is `GET /admin` (axum does not route `/admin/` to it) |
-//! | `GET /api/runs?status=failed,parked&workflow=&parent=&created_after=&created_before=&limit=&cursor=&order=asc\|desc` | one page of runs, `{"runs", "next"}` (`next`: the cursor of the next page) |
+//! | `GET /api/runs?status=failed,parked&workflow=&version=&parent=&created_after=&created_before=&limit=&cursor=&order=asc\|desc` | one page of runs, `{"runs", "next"}` (`next`: the cursor of the next page); another parameter is a 400 |
 //! | `GET /api/count` | `{"total", "by_status"}` |
 //! | `GET /api/runs/{id}` | the run: status, children, creation time |
 //! | `GET /api/runs/{id}/records?after=&limit=` | its log, payloads decoded to JSON ([`event_to_json`]); `{"records", "next"}` (`next`: the `after` of the next page; `limit` at least 1) |

@@ -16,6 +16,7 @@ use crate::error::ApiError;
 pub(crate) struct Filter {
     pub(crate) status: Vec<StatusKind>,
     pub(crate) workflow: Option<String>,
+    pub(crate) version: Option<u32>,
     pub(crate) parent: Option<String>,
     pub(crate) created_after: Option<SystemTime>,
     pub(crate) created_before: Option<SystemTime>,
@@ -46,6 +47,9 @@ pub(crate) async fn list(host: &Host, f: &Filter) -> Result<Page, ApiError> {
     }
     if let Some(w) = &f.workflow {
         filter = filter.workflow(w.clone());
+    }
+    if let Some(v) = f.version {
+        filter = filter.version(v);
     }
     if let Some(p) = &f.parent {
         filter = filter.parent(p.clone());
