@@ -58,7 +58,7 @@ impl Workflow for Probe {
 }
 
 async fn open(dir: &std::path::Path, clock: &TestClock) -> reel::Result<Host> {
-    common::hosts::open_two_on(dir, &clock, Old, Probe).await
+    common::hosts::open_two_on(dir, clock, Old, Probe).await
 }
 
 async fn reuse(restart: bool, new_mode: u32) -> anyhow::Result<()> {

@@ -76,7 +76,7 @@ impl Workflow for Journey {
 }
 
 async fn open(dir: &std::path::Path, j: &Journey, clock: &TestClock) -> reel::Result<Host> {
-    common::hosts::open_two_on(dir, &clock, j.clone(), Child).await
+    common::hosts::open_two_on(dir, clock, j.clone(), Child).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

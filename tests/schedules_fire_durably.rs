@@ -44,7 +44,7 @@ impl Workflow for Hold {
 }
 
 async fn open(path: &Path, clock: &TestClock) -> reel::Result<Host> {
-    common::hosts::open_two_on(path, &clock, Nightly, Hold).await
+    common::hosts::open_two_on(path, clock, Nightly, Hold).await
 }
 
 /// Which of the firings at hours `1..=last` after T0 started a run.

@@ -78,13 +78,13 @@ async fn v1_runs_then_v2_host(
     clock: &TestClock,
     ids: &[&str],
 ) -> anyhow::Result<Host> {
-    let host = common::hosts::open_on(path, &clock, JobV1).await?;
+    let host = common::hosts::open_on(path, clock, JobV1).await?;
     for (i, id) in ids.iter().enumerate() {
         let run = host.start::<JobV1>(id, u32::try_from(i)?).await?;
         within(LIMIT, "the v1 run to wait", run.wait_until_suspended()).await??;
     }
     host.shutdown().await?;
-    let host = common::hosts::open_on(path, &clock, JobV2).await?;
+    let host = common::hosts::open_on(path, clock, JobV2).await?;
     // Woken, each run finds its version missing and parks.
     for id in ids {
         let run = host.run(id);

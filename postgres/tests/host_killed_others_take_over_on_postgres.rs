@@ -15,7 +15,7 @@
 
 mod support;
 // Only its runtime: this test kills its child once, by hand.
-#[allow(dead_code, unreachable_pub)]
+#[allow(unreachable_pub)]
 #[path = "../../tests/common/kill.rs"]
 mod kill;
 #[allow(unreachable_pub)]
