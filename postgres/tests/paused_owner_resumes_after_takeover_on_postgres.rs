@@ -101,7 +101,6 @@ fn spawn_old(test: &str, dir: &Path) -> Proc {
 }
 
 #[test]
-#[ignore = "bug: a host thawed after its partitions were taken over runs step bodies whose completions the new owner already recorded (nothing checks the lease before a body starts)"]
 fn paused_owner_resumes_after_takeover_on_postgres() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
         child(Path::new(&dir));
@@ -236,7 +235,6 @@ fn paused_owner_resumes_after_takeover_on_postgres() {
 const TAKEOVER_BOUND: Duration = Duration::from_secs(15);
 
 #[test]
-#[ignore = "bug: a host frozen (or cut off) inside a write transaction keeps its partitions: takeover skips the lease rows it holds FOR KEY SHARE, for as long as its session lives"]
 fn host_frozen_inside_a_transaction_is_taken_over_on_postgres() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
         child(Path::new(&dir));
