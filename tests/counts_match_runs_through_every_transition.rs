@@ -195,16 +195,7 @@ async fn counts_match_runs_through_every_transition_and_a_restart() -> anyhow::R
     p.signal("go", &1u32, "go").await?;
     within(LIMIT, "paused", p.result()).await??;
     let end = check_counts(&host, "at the end").await?;
-    let unfinished: u64 = end
-        .iter()
-        .filter(|(k, _)| {
-            !matches!(
-                k,
-                StatusKind::Completed | StatusKind::Failed | StatusKind::Cancelled
-            )
-        })
-        .map(|(_, n)| n)
-        .sum();
+    let unfinished = common::counts::unfinished(&end);
     assert_eq!(unfinished, 0, "{end:?}");
     host.shutdown().await?;
     Ok(())

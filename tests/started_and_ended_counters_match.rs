@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::within;
 use common::workflows::Waiter;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use reel::{Ctx, Host, QueueOptions, RunStatus, StatusKind, Workflow};
+use reel::{Ctx, Host, QueueOptions, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -94,16 +94,7 @@ async fn started_and_ended_counters_match_the_runs() -> anyhow::Result<()> {
 
     let counts = host.count().await?;
     let runs: u64 = counts.values().sum();
-    let unfinished: u64 = counts
-        .iter()
-        .filter(|(k, _)| {
-            !matches!(
-                k,
-                StatusKind::Completed | StatusKind::Failed | StatusKind::Cancelled
-            )
-        })
-        .map(|(_, n)| n)
-        .sum();
+    let unfinished = common::counts::unfinished(&counts);
     assert_eq!((runs, unfinished), (8, 1), "{counts:?}");
 
     let c = counters(&snapshotter);

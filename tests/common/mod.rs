@@ -7,6 +7,7 @@ use std::time::Duration;
 
 pub mod cart;
 pub mod counting;
+pub mod counts;
 pub mod hosts;
 pub mod kill;
 pub mod replay;
