@@ -93,10 +93,7 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     let host = open(dir.path(), &j, &clock).await?;
     let run = host.start::<Journey>("j", ()).await?;
     let s = run.wait_until_suspended().await?;
-    assert!(
-        matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("timer")),
-        "{s:?}"
-    );
+    assert_waits_on(&s, "timer");
     host.shutdown().await?;
 
     // The timer comes due while the host is down (simulated downtime); it fires at
@@ -105,10 +102,7 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     let host = open(dir.path(), &j, &clock).await?;
     let run = host.handle::<Journey>("j");
     let s = run.wait_until_suspended().await?;
-    assert!(
-        matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("`sig`")),
-        "{s:?}"
-    );
+    assert_waits_on(&s, "`sig`");
     host.shutdown().await?;
 
     // Wait 2: a signal, delivered to a fresh host. Wait 3: the approval.
@@ -116,10 +110,7 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     let run = host.handle::<Journey>("j");
     run.signal("sig", "hello", "s-1").await?;
     let s = run.wait_until_suspended().await?;
-    assert!(
-        matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("approval `boss`")),
-        "{s:?}"
-    );
+    assert_waits_on(&s, "approval `boss`");
     host.shutdown().await?;
 
     // Wait 4: a timed wait whose deadline passes while the host is down.
@@ -127,30 +118,21 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     let run = host.handle::<Journey>("j");
     run.approve("boss", true, None).await?;
     let s = run.wait_until_suspended().await?;
-    assert!(
-        matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("`late`")),
-        "{s:?}"
-    );
+    assert_waits_on(&s, "`late`");
     host.shutdown().await?;
     downtime(&clock);
 
     // Wait 5: the backoff timer of a failed attempt, due while down.
     let host = open(dir.path(), &j, &clock).await?;
     let s = host.handle::<Journey>("j").wait_until_suspended().await?;
-    assert!(
-        matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("retry of step `flaky`")),
-        "{s:?}"
-    );
+    assert_waits_on(&s, "retry of step `flaky`");
     host.shutdown().await?;
     downtime(&clock);
 
     // Wait 6: the child run, itself waiting for a signal.
     let host = open(dir.path(), &j, &clock).await?;
     let s = host.handle::<Journey>("j").wait_until_suspended().await?;
-    assert!(
-        matches!(&s, RunStatus::Suspended { waiting_on } if waiting_on.contains("child run")),
-        "{s:?}"
-    );
+    assert_waits_on(&s, "child run");
     let child = host.handle::<Child>("journey-child");
     child.wait_until_suspended().await?;
     host.shutdown().await?;
@@ -165,6 +147,14 @@ async fn run_survives_restart_at_every_wait() -> anyhow::Result<()> {
     assert_eq!(j.flaky.get(), 2, "one failed attempt, one success");
     host.shutdown().await?;
     Ok(())
+}
+
+/// Asserts `s` is a wait on something whose description contains `what`.
+fn assert_waits_on(s: &RunStatus, what: &str) {
+    assert!(
+        matches!(s, RunStatus::Suspended { waiting_on } if waiting_on.contains(what)),
+        "{s:?}"
+    );
 }
 
 /// Time passing while no host runs, so that the run's 30-40 ms timers come due.
