@@ -9,6 +9,7 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::status::until_status;
 use common::within;
 use reel::testing::TestClock;
 use reel::{
@@ -93,23 +94,6 @@ fn builder(path: &std::path::Path, clock: &TestClock) -> HostBuilder {
         .register(Crashy)
         .restart_limit(0, Duration::from_secs(30))
         .queue("one", QueueOptions::default().concurrency(1))
-}
-
-async fn until_status(
-    run: &reel::AnyRun,
-    what: &str,
-    ok: impl Fn(&RunStatus) -> bool,
-) -> anyhow::Result<RunStatus> {
-    within(LIMIT, what, async {
-        loop {
-            let s = run.status().await?;
-            if ok(&s) {
-                return anyhow::Ok(s);
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await?
 }
 
 async fn parent_with_waiting_kid(host: &Host, id: &str) -> anyhow::Result<()> {

@@ -61,15 +61,11 @@ fn expect_mismatch<T: std::fmt::Debug>(r: reel::Result<T>) {
 }
 
 async fn until_parked(run: &reel::AnyRun) -> anyhow::Result<()> {
-    within(LIMIT, "the run to park", async {
-        loop {
-            if matches!(run.status().await?, RunStatus::Parked { .. }) {
-                return anyhow::Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    common::status::until_status(run, "the run to park", |s| {
+        matches!(s, RunStatus::Parked { .. })
     })
-    .await?
+    .await?;
+    Ok(())
 }
 
 /// Starts `v1` runs on a host with v1, shuts it down, reopens with v2 only.

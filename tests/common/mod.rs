@@ -12,6 +12,7 @@ pub mod hosts;
 pub mod kill;
 pub mod replay;
 pub mod schedules;
+pub mod status;
 pub mod tokens;
 pub mod workflows;
 
