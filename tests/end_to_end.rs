@@ -113,33 +113,31 @@ impl Workflow for Flaky {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retries_with_durable_backoff_and_exhaustion() -> anyhow::Result<()> {
+/// A host over a fresh store running a `Flaky` that succeeds on attempt
+/// `succeed_on`; returns the store's directory, the attempt count and the host.
+async fn flaky_host(succeed_on: u32) -> anyhow::Result<(tempfile::TempDir, Arc<AtomicU32>, Host)> {
     let dir = tempfile::tempdir()?;
     let attempts = Arc::new(AtomicU32::new(0));
     let host = common::hosts::open(
         dir.path(),
         Flaky {
             attempts: attempts.clone(),
-            succeed_on: 3,
+            succeed_on,
         },
     )
     .await?;
+    Ok((dir, attempts, host))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_with_durable_backoff_and_exhaustion() -> anyhow::Result<()> {
+    let (_dir, attempts, host) = flaky_host(3).await?;
     let ok = host.start::<Flaky>("flaky-ok", ()).await?;
     assert_eq!(ok.result().await?, 3);
     assert_eq!(attempts.load(Ordering::SeqCst), 3);
     host.shutdown().await?;
 
-    let dir = tempfile::tempdir()?;
-    let attempts = Arc::new(AtomicU32::new(0));
-    let host = common::hosts::open(
-        dir.path(),
-        Flaky {
-            attempts: attempts.clone(),
-            succeed_on: 9,
-        },
-    )
-    .await?;
+    let (_dir, attempts, host) = flaky_host(9).await?;
     let bad = host.start::<Flaky>("flaky-bad", ()).await?;
     match bad.result().await {
         Err(Error::Step { step, message }) => {
