@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
-use reel_storage::{Append, Clock, Event, RunMeta, StorageError, Store, Ticket, TimerEntry};
+use reel_storage::{Append, Clock, Event, Mail, RunMeta, StorageError, Store, Ticket, TimerEntry};
 
 use crate::host::RunHost;
 
@@ -221,7 +221,7 @@ impl Journal {
     /// A non-durable append nobody waits for goes through
     /// [`Journal::append_unawaited`] instead.
     pub fn append(&self, events: Vec<Event>, durable: bool) -> Landing {
-        self.submit(events, None, Vec::new(), durable, false, false)
+        self.submit(events, None, Vec::new(), durable, false, false, Vec::new())
     }
 
     /// A non-durable append nobody waits for (a step's `StepStarted`: the durable
@@ -237,7 +237,7 @@ impl Journal {
         if holdable(&events) {
             self.hold(events);
         } else {
-            drop(self.submit(events, None, Vec::new(), false, false, false));
+            drop(self.submit(events, None, Vec::new(), false, false, false, Vec::new()));
         }
     }
 
@@ -247,7 +247,15 @@ impl Journal {
         if self.lock().held.events.is_empty() {
             return None;
         }
-        Some(self.submit(Vec::new(), None, Vec::new(), false, false, false))
+        Some(self.submit(
+            Vec::new(),
+            None,
+            Vec::new(),
+            false,
+            false,
+            false,
+            Vec::new(),
+        ))
     }
 
     /// Takes the events' sequence numbers and holds them for the next append.
@@ -303,6 +311,7 @@ impl Journal {
             false,
             false,
             false,
+            Vec::new(),
         )
     }
 
@@ -315,20 +324,46 @@ impl Journal {
         remove_timers: Vec<TimerEntry>,
         durable: bool,
     ) -> Landing {
-        self.submit(events, meta, remove_timers, durable, false, true)
+        self.submit(
+            events,
+            meta,
+            remove_timers,
+            durable,
+            false,
+            true,
+            Vec::new(),
+        )
+    }
+
+    /// [`Journal::append_with`], posting `letters` (run id, mail) to other runs'
+    /// owners in the same write when hosts share the store
+    /// ([`Append::letters`](reel_storage::Append::letters)).
+    pub(crate) fn append_posting(
+        &self,
+        events: Vec<Event>,
+        meta: Option<RunMeta>,
+        remove_timers: Vec<TimerEntry>,
+        letters: Vec<(String, Mail)>,
+    ) -> Landing {
+        self.submit(events, meta, remove_timers, true, false, true, letters)
     }
 
     /// The run's last append: accepted even after [`Journal::close`], which the
     /// caller does first so that nothing the execution appends can follow it.
+    /// `letters` (run id, mail) are posted to other runs' owners in the same
+    /// write when hosts share the store: the run's end owes its parent and its
+    /// children news that a host dying right after the write must not lose.
     pub(crate) fn append_final(
         &self,
         events: Vec<Event>,
         meta: RunMeta,
         remove_timers: Vec<TimerEntry>,
+        letters: Vec<(String, Mail)>,
     ) -> Landing {
-        self.submit(events, Some(meta), remove_timers, true, true, true)
+        self.submit(events, Some(meta), remove_timers, true, true, true, letters)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
         events: Vec<Event>,
@@ -337,6 +372,7 @@ impl Journal {
         durable: bool,
         is_final: bool,
         wake: bool,
+        letters: Vec<(String, Mail)>,
     ) -> Landing {
         let add_timers: Vec<TimerEntry> = events
             .iter()
@@ -374,6 +410,7 @@ impl Journal {
                 remove_timers,
                 durable,
                 mail: None,
+                letters,
             });
             if let Some(host) = self.0.host.upgrade() {
                 if !add_timers.is_empty() {

@@ -35,6 +35,7 @@ use crate::services::Services;
 mod admission;
 mod cancel;
 mod delivery;
+mod letters;
 mod outcome;
 mod pause;
 mod segment;
@@ -367,10 +368,21 @@ impl RunActor {
         events: Vec<Event>,
         remove: Vec<TimerEntry>,
     ) -> Result<(), ActorError> {
+        self.append_wake_posting(events, remove, Vec::new()).await
+    }
+
+    /// [`RunActor::append_wake`], posting `letters` to other runs' owners in the
+    /// same write ([`reel_storage::Append::letters`]).
+    async fn append_wake_posting(
+        &mut self,
+        events: Vec<Event>,
+        remove: Vec<TimerEntry>,
+        letters: Vec<(String, reel_storage::Mail)>,
+    ) -> Result<(), ActorError> {
         let meta = matches!(self.meta.state, RunState::Suspended { .. })
             .then(|| self.meta_with(RunState::Running));
         self.journal
-            .append_with(events, meta.clone(), remove, true)
+            .append_posting(events, meta.clone(), remove, letters)
             .await?;
         if let Some(meta) = meta {
             *self.meta = meta;
@@ -390,30 +402,47 @@ impl RunActor {
         state: RunState,
         ctx: &mut Context<Self, impl kameo::reply::Reply>,
     ) -> Result<(), ActorError> {
-        self.journal.close();
         let closing = match &state {
             RunState::Completed => Some("parent completed"),
             RunState::Failed { .. } => Some("parent failed"),
             _ => None,
         };
-        let children = match closing {
-            Some(_) => self.unfinished_children(),
-            None => Vec::new(),
-        };
-        let meta = self.meta_with(state);
+        let close = closing.map(|reason| (self.unfinished_children(), reason.to_owned(), false));
+        self.finish_with(events, state, close, ctx).await
+    }
+
+    /// [`RunActor::finish`], asking `close.0`, the children it waits on, to cancel
+    /// with reason `close.1` (hard when `close.2`). When hosts share the store, the
+    /// news the end owes other runs (the parent's child result, the children's
+    /// cancels) is also posted as mail in the run's last write, so a host that
+    /// dies right after it loses none of it.
+    async fn finish_with(
+        &mut self,
+        events: Vec<Event>,
+        state: RunState,
+        close: Option<(Vec<String>, String, bool)>,
+        ctx: &mut Context<Self, impl kameo::reply::Reply>,
+    ) -> Result<(), ActorError> {
+        self.journal.close();
         let timers = self.journal.with_index(|i| i.pending_timers(&self.run_id));
         // Handed to waiters and parents, who would otherwise read it back.
         let output = events.iter().find_map(|e| match e {
             Event::RunCompleted { output } => Some(output.clone()),
             _ => None,
         });
+        let mut letters = match &close {
+            Some((children, reason, hard)) => self.cancel_letters(children, reason, *hard),
+            None => Vec::new(),
+        };
+        letters.extend(self.end_letter(&state, output.as_ref()));
+        let meta = self.meta_with(state);
         self.journal
-            .append_final(events, meta.clone(), timers)
+            .append_final(events, meta.clone(), timers, letters)
             .await?;
         *self.meta = meta;
         self.host.run_finished(&self.meta, output.as_ref());
-        if let Some(reason) = closing {
-            self.cancel_children(children, reason, false);
+        if let Some((children, reason, hard)) = close {
+            self.cancel_children(children, &reason, hard);
         }
         self.retire(ctx).await;
         Ok(())

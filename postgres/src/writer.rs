@@ -33,6 +33,8 @@ pub(crate) struct Encoded {
     durable: bool,
     /// Encoded mail for the run's owner (`reel_inbox`).
     mail: Option<Vec<u8>>,
+    /// Encoded mail for other runs' owners, with their partitions.
+    letters: Vec<(i16, String, Vec<u8>)>,
     /// For a creation without mail: the wake-up (with the run's timers) posted
     /// instead when the writer turns out not to lease the run's partition.
     wake: Option<Vec<u8>>,
@@ -91,6 +93,11 @@ impl Encoded {
                 .as_ref()
                 .map(reel_storage::Mail::encode)
                 .transpose()?,
+            letters: append
+                .letters
+                .iter()
+                .map(|(run, mail)| Ok((partition_of(run), run.clone(), mail.encode()?)))
+                .collect::<Result<Vec<_>>>()?,
             run_id: append.run_id,
         })
     }
@@ -321,6 +328,9 @@ async fn write(
         }
         if let Some(mail) = a.mail_to_post(owned) {
             mails.push((part, a.run_id.as_str(), mail));
+        }
+        for (to_part, to_run, letter) in &a.letters {
+            mails.push((*to_part, to_run.as_str(), letter.as_slice()));
         }
         for key in &a.remove_timers {
             timers.insert(key.as_slice(), None);

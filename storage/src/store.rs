@@ -40,6 +40,12 @@ pub struct Append {
     /// another host than its owner: the owner learns of it with its first write,
     /// or not at all). A store one host owns ignores it.
     pub mail: Option<crate::Mail>,
+    /// Mail for other runs' owners (run id, mail), posted in the same
+    /// transaction when several hosts share the store: what a run's end or
+    /// cancel request owes other runs (its parent, its children), so a host that
+    /// dies right after the write loses none of it. A store one host owns
+    /// ignores them (its own recovery and the runs' own re-checks cover a crash).
+    pub letters: Vec<(String, crate::Mail)>,
     /// When the events were appended (ms since the epoch), stamped on their records;
     /// `None` stamps the system clock's time of submission. A host stamps its
     /// [`Clock`](crate::Clock)'s time, so a test clock's virtual times show in logs.
@@ -67,6 +73,9 @@ impl Append {
         }
         for t in self.add_timers.iter().chain(&self.remove_timers) {
             check_run_id(&t.run_id)?;
+        }
+        for (run_id, _) in &self.letters {
+            check_run_id(run_id)?;
         }
         if !self.events.is_empty() && self.expected_seq.is_none() {
             return Err(StorageError::Encode(

@@ -143,6 +143,7 @@ async fn concurrent_writers_with_same_expected_seq_one_wins() {
             remove_timers: vec![timer(&run, "base", 50)],
             durable: true,
             mail: None,
+            letters: Vec::new(),
         };
         let a = store.submit(writer("a", 100));
         let b = store.submit(writer("b", 200));

@@ -100,6 +100,7 @@ async fn concurrent_appenders_all_land_in_order_with_meta_and_timers() {
                         remove_timers,
                         durable: true,
                         mail: None,
+                        letters: Vec::new(),
                     })
                     .await
                     .unwrap_or_else(|e| panic!("{run} append {seq}: {e}"));

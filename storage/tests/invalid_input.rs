@@ -40,6 +40,7 @@ fn append(run: &str) -> Append {
         remove_timers: Vec::new(),
         durable: true,
         mail: None,
+        letters: Vec::new(),
     }
 }
 

@@ -88,6 +88,7 @@ fn append(run: &str, seq: u64) -> Append {
             .collect(),
         durable: true,
         mail: None,
+        letters: Vec::new(),
     }
 }
 

@@ -45,6 +45,7 @@ async fn write_run(store: &FjallStore, run: &str, durable: bool) {
             remove_timers: Vec::new(),
             durable,
             mail: None,
+            letters: Vec::new(),
         })
         .await
         .expect("append");

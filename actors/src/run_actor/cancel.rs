@@ -87,8 +87,10 @@ impl RunActor {
             fire_at,
         });
         let children = self.unfinished_children();
-        self.append_wake(events, remove).await?;
-        self.cancel_children(children, &format!("parent cancelled: {reason}"), false);
+        let reason = format!("parent cancelled: {reason}");
+        let letters = self.cancel_letters(&children, &reason, false);
+        self.append_wake_posting(events, remove, letters).await?;
+        self.cancel_children(children, &reason, false);
         self.suspended = false;
         let me = ctx.actor_ref().clone();
         self.begin(&me, false).await;
@@ -112,16 +114,16 @@ impl RunActor {
         events.push(Event::RunCancelled {
             reason: reason.clone(),
         });
-        self.finish(
+        let close = (children, format!("parent cancelled: {reason}"), true);
+        self.finish_with(
             events,
             RunState::Cancelled {
                 reason: reason.clone(),
             },
+            Some(close),
             ctx,
         )
-        .await?;
-        self.cancel_children(children, &format!("parent cancelled: {reason}"), true);
-        Ok(())
+        .await
     }
 
     /// Asks each of `children` to cancel, with `reason`. A run the handler only

@@ -86,8 +86,9 @@ impl RunActor {
         meta.version = version;
         meta.segment_start = start;
         meta.segment += 1;
+        let letters = self.cancel_letters(&children, "parent continued as new", false);
         self.journal
-            .append_final(events.clone(), meta.clone(), old.remove)
+            .append_final(events.clone(), meta.clone(), old.remove, letters)
             .await?;
         // A value the old segment published just before it ended landed with or
         // before this write, but the execution that would have told its readers

@@ -1,0 +1,69 @@
+//! What a run's end or cancel request owes other runs, as mail posted in the
+//! run's own write when hosts share the store ([`reel_storage::Append::letters`]):
+//! its parent's child result, its children's cancels. The direct deliveries that
+//! follow the write are the fast path; these letters make sure a host that dies
+//! right after the write loses none of it (a letter applied after its delivery
+//! changes nothing: a parent takes a child's end once, a cancel request once).
+
+use reel_storage::{Failure, Mail, Payload, RunState};
+
+use super::RunActor;
+use crate::message::is_detached;
+
+impl RunActor {
+    /// Whether hosts share the store: only then are letters posted.
+    fn shares_store(&self) -> bool {
+        self.store.cluster().is_some()
+    }
+
+    /// Letters asking `children` to cancel, from this run as their parent.
+    pub(super) fn cancel_letters(
+        &self,
+        children: &[String],
+        reason: &str,
+        hard: bool,
+    ) -> Vec<(String, Mail)> {
+        if !self.shares_store() {
+            return Vec::new();
+        }
+        children
+            .iter()
+            .map(|child| {
+                let mail = Mail::Cancel {
+                    reason: reason.to_owned(),
+                    hard,
+                    from_parent: Some(self.run_id.to_string()),
+                };
+                (child.clone(), mail)
+            })
+            .collect()
+    }
+
+    /// The letter telling this run's parent (not a detached child's) that it
+    /// ended in `state`, with `output` when it completed.
+    pub(super) fn end_letter(
+        &self,
+        state: &RunState,
+        output: Option<&Payload>,
+    ) -> Option<(String, Mail)> {
+        if !self.shares_store() {
+            return None;
+        }
+        let parent = self.meta.parent.as_ref()?;
+        if is_detached(&parent.wait_id) {
+            return None;
+        }
+        let result = match state {
+            RunState::Completed => Ok(output?.clone()),
+            RunState::Failed { error } => Err(error.clone()),
+            RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),
+            _ => return None,
+        };
+        let mail = Mail::ChildDone {
+            wait_id: parent.wait_id.clone(),
+            child: self.run_id.to_string(),
+            result,
+        };
+        Some((parent.run_id.clone(), mail))
+    }
+}
