@@ -35,7 +35,7 @@ macro_rules! waits_for {
             type Output = Value;
             async fn run(&self, ctx: Ctx, _: ()) -> reel::Result<Value> {
                 let got: $t = ctx.wait_for_signal("s").await?;
-                Ok(serde_json::to_value(&got).map_err(|e| reel::Error::failed(e.to_string()))?)
+                serde_json::to_value(&got).map_err(|e| reel::Error::failed(e.to_string()))
             }
         }
     };
