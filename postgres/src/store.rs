@@ -57,9 +57,14 @@ impl PgStore {
     /// Connects like [`PgStore::connect`] as one of several hosts sharing the
     /// database: the host that uses this store runs only the runs of the
     /// partitions it leases, and reaches the others through their owners' inboxes.
+    /// The host id names this process: joining under the id of a process whose
+    /// heartbeat has not run out waits for it to run out (a crashed process's
+    /// does within a lease time), for up to two lease times.
     ///
     /// # Errors
-    /// As [`PgStore::connect`]; [`StorageError::InvalidRunId`] for an empty host id.
+    /// As [`PgStore::connect`]; [`StorageError::InvalidRunId`] for an empty host id;
+    /// [`StorageError::Io`] when another live process renews the host id's
+    /// heartbeat.
     pub async fn join(url: &str, cluster: ClusterConfig) -> Result<Arc<PgStore>> {
         if cluster.host_id.is_empty() || cluster.lease_ttl.is_zero() {
             return Err(StorageError::Io(
@@ -102,9 +107,14 @@ impl PgStore {
             .map_err(|e| StorageError::Io(e.to_string()))?;
         let setup = {
             let pool = pool.clone();
+            let member = member.clone();
             handle.spawn(async move {
                 let mut client = get(&pool).await?;
-                schema::migrate(&mut client).await
+                schema::migrate(&mut client).await?;
+                match member {
+                    Some(member) => claim_host_id(&client, &member.config).await,
+                    None => Ok(()),
+                }
             })
         };
         let outcome = match setup.await {
@@ -157,6 +167,39 @@ impl PgStore {
             let _ = reply.send(result);
         });
         answer.recv().unwrap_or(Err(StorageError::Closed))
+    }
+}
+
+/// Takes this host's id in `reel_hosts`: a host id names one process, and two
+/// processes under one id would both run its runs. A heartbeat under the id
+/// that has not run out is a live process's (or, after a crash, the last
+/// process's until its lease runs out): the claim waits for it to run out,
+/// for up to two lease times, and then refuses to join.
+async fn claim_host_id(client: &Object, config: &ClusterConfig) -> Result<()> {
+    let ttl = i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+    let give_up = tokio::time::Instant::now() + 2 * config.lease_ttl;
+    loop {
+        let claimed = client
+            .query(
+                "INSERT INTO reel_hosts (host_id, expires_at) \
+                 VALUES ($1, now() + $2::bigint * interval '1 millisecond') \
+                 ON CONFLICT (host_id) DO UPDATE SET expires_at = EXCLUDED.expires_at \
+                 WHERE reel_hosts.expires_at <= now() RETURNING host_id",
+                &[&config.host_id, &ttl],
+            )
+            .await
+            .map_err(|e| pg_err(&e))?;
+        if !claimed.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= give_up {
+            return Err(StorageError::Io(format!(
+                "host id `{}` is in use: another process renews its heartbeat; each \
+                 process sharing the database needs a host id of its own",
+                config.host_id
+            )));
+        }
+        tokio::time::sleep(config.lease_ttl / 8).await;
     }
 }
 

@@ -79,7 +79,6 @@ fn ids_on(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<Str
 }
 
 #[test]
-#[ignore = "bug: a child's end reaches a parent on another host only by mail posted after the end is written; if the child's host dies in between, the parent waits forever"]
 fn child_end_reaches_a_live_parent_after_the_child_host_dies_on_postgres() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
         child(Path::new(&dir));

@@ -77,7 +77,6 @@ fn ids_on(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<Str
 }
 
 #[test]
-#[ignore = "bug: a parent's cancel reaches its children on other hosts only by mail posted after the request is written; if the parent's host dies in between, the children are never cancelled"]
 fn parent_cancel_reaches_children_after_the_parent_host_dies_on_postgres() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
         child(Path::new(&dir));

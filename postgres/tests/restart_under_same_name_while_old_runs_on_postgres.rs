@@ -1,12 +1,15 @@
 //! A host restarted under the same host id while its old process is still
 //! running (a slow shutdown, a hung process a supervisor replaced, a pod name
-//! reused): the lease fence is by host id, so nothing tells the two apart. The
-//! old process must not write once the new one took the runs over, and no step
-//! may run again once its completion is recorded.
+//! reused): the lease fence is by host id, so nothing would tell the two apart.
+//! Joining under the id of a process whose heartbeat is still renewed is
+//! refused (after waiting two lease times for it to run out); once the old
+//! process is killed, the new one joins, takes the runs over, and no step runs
+//! again once its completion is recorded.
 //!
-//! The old process (a child, SIGKILLed at the end) starts the runs and works on
-//! them; the new one (this process) joins under the same id while it does, and
-//! waits for every run to end. Each step body logs which process ran it.
+//! The old process (a child) starts the runs and works on them; the new one
+//! (this process) tries to join under the same id while it does, then again
+//! after killing it, and waits for every run to end. Each step body logs which
+//! process ran it.
 //!
 //! The usual restart under the same id, after the old process died (SIGKILL),
 //! works: the new process takes the old leases as its own at once and finishes
@@ -64,7 +67,6 @@ fn child(dir: &Path) {
 }
 
 #[test]
-#[ignore = "bug: a process joining under the id of a live host is neither refused nor fenced off: both run every run, steps run again after their record, conflicts crash-loop runs, result() can hang"]
 fn restart_under_same_name_while_old_runs_on_postgres() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
         child(Path::new(&dir));
@@ -81,6 +83,12 @@ fn restart_under_same_name_while_old_runs_on_postgres() {
         executed += usize::from(line.starts_with("exec "));
         started && executed >= 20
     });
+    let refused = rt.block_on(open(dir.path(), "new"));
+    let err = refused
+        .err()
+        .expect("joining under the id of a live process is refused");
+    assert!(err.to_string().contains("in use"), "{err}");
+    old.kill();
     let (recorded, statuses) = rt.block_on(async {
         let new = open(dir.path(), "new").await.expect("the new process");
         let mut recorded = HashMap::new();
@@ -106,7 +114,6 @@ fn restart_under_same_name_while_old_runs_on_postgres() {
         new.shutdown().await.expect("shutdown");
         (recorded, statuses)
     });
-    old.kill();
     let side = dir.path().join("executions.log");
     let mut problems = statuses;
     problems.extend(procs::not_last(&side, &recorded));
