@@ -83,10 +83,9 @@ fn restart_under_same_name_while_old_runs_on_postgres() {
         executed += usize::from(line.starts_with("exec "));
         started && executed >= 20
     });
-    let refused = rt.block_on(open(dir.path(), "new"));
-    let err = refused
-        .err()
-        .expect("joining under the id of a live process is refused");
+    let Err(err) = rt.block_on(open(dir.path(), "new")) else {
+        panic!("joining under the id of a live process is refused");
+    };
     assert!(err.to_string().contains("in use"), "{err}");
     old.kill();
     let (recorded, statuses) = rt.block_on(async {
