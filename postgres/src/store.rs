@@ -261,7 +261,14 @@ impl LogWriter for PgStore {
                     .await
                     .map_err(|e| pg_err(&e))?;
                 let actual = seq_rust(row.get(0));
-                if actual != expected_seq {
+                // An unfinished run is never removed: a delete that checked a
+                // finished run and finds its id taken by a new one is refused.
+                let unfinished = tx
+                    .query_opt("SELECT 1 FROM reel_active WHERE run_id = $1", &[&run])
+                    .await
+                    .map_err(|e| pg_err(&e))?
+                    .is_some();
+                if actual != expected_seq || unfinished {
                     return Err(StorageError::Conflict {
                         run_id: run.clone(),
                         expected: expected_seq,

@@ -195,8 +195,10 @@ pub trait LogWriter: Send + Sync {
     /// segment), its metadata, its listing index entries and count, and the timer
     /// entries named in `remove_timers`. Compare-and-set like an append: refused
     /// with [`StorageError::Conflict`] unless the log's next sequence number is
-    /// `expected_seq` (the log has not moved since the caller checked the run). The
-    /// space comes back as the backend compacts ([`Store::reclaim`]).
+    /// `expected_seq` (the log has not moved since the caller checked the run), and
+    /// refused the same way when the run is unfinished (its id was taken by a new
+    /// run since the caller checked a finished one). The space comes back as the
+    /// backend compacts ([`Store::reclaim`]).
     fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket;
 }
 

@@ -26,6 +26,13 @@ impl Core {
     /// [`ActorError::UnknownRun`], [`ActorError::InvalidState`] for a run that has
     /// not finished (running, suspended, parked, paused), storage errors.
     pub async fn delete(&self, run_id: &str) -> Result<(), ActorError> {
+        self.delete_run(run_id, None).await
+    }
+
+    /// [`Core::delete`]; with `created_at`, only the run of that id created then
+    /// (a retention pass deletes the run it found due, not one that took its id
+    /// since: that one is `UnknownRun` to it).
+    async fn delete_run(&self, run_id: &str, created_at: Option<u64>) -> Result<(), ActorError> {
         self.check_open()?;
         // A delete racing another (two operators, a retention pass) finds the log
         // changed under it: it looks again, and finds the run gone (`UnknownRun`)
@@ -33,7 +40,7 @@ impl Core {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.delete_once(run_id).await {
+            match self.delete_once(run_id, created_at).await {
                 Err(ActorError::Storage(reel_storage::StorageError::Conflict { .. }))
                     if tries < 3 => {}
                 done => return done,
@@ -41,9 +48,19 @@ impl Core {
         }
     }
 
-    /// One attempt of [`Core::delete`].
-    async fn delete_once(&self, run_id: &str) -> Result<(), ActorError> {
+    /// One attempt of [`Core::delete_run`].
+    async fn delete_once(&self, run_id: &str, created_at: Option<u64>) -> Result<(), ActorError> {
+        // The log's end is read before the state is checked: a run deleted and
+        // started again in between is seen unfinished, and one started again
+        // after the check is refused by the store (it never removes an
+        // unfinished run).
+        let store = self.store.clone();
+        let id = run_id.to_owned();
+        let next = blocking(move || store.next_seq(&id)).await?;
         let meta = self.known(run_id).await?;
+        if created_at.is_some_and(|c| c != meta.created_at) {
+            return Err(ActorError::UnknownRun(run_id.to_owned()));
+        }
         if !meta.state.is_finished() {
             return Err(ActorError::InvalidState {
                 run_id: run_id.to_owned(),
@@ -63,9 +80,6 @@ impl Core {
             let _ = ask(actor, StopRun).await;
             actor.wait_for_shutdown().await;
         }
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        let next = blocking(move || store.next_seq(&id)).await?;
         self.store.delete(run_id, next, Vec::new()).await?;
         self.unrecorded_parks
             .lock()
@@ -125,7 +139,7 @@ impl Core {
                     if meta.updated_at > cutoff || !meta.state.is_finished() {
                         continue;
                     }
-                    match self.delete(&meta.run_id).await {
+                    match self.delete_run(&meta.run_id, Some(meta.created_at)).await {
                         Ok(()) => of_kind += 1,
                         Err(ActorError::UnknownRun(_) | ActorError::InvalidState { .. }) => {}
                         Err(e) => return Err(e),

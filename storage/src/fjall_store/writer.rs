@@ -410,12 +410,22 @@ fn commit_batch(
 
 /// Adds to `batch` the removal of everything of a run. Reads first (the log's
 /// keys, the old metadata), so a failed read leaves the batch without any of it.
+/// An unfinished run is never removed: a delete that checked a finished run and
+/// finds its id taken by a new one since is refused as a conflict.
 fn delete_run(
     ks: &Keyspaces,
     batch: &mut OwnedWriteBatch,
     listing: &mut ListingWriter,
     a: &Encoded,
 ) -> Result<()> {
+    if ks.active.contains_key(a.run_id.as_str())? {
+        let seq = a.expected_seq.unwrap_or(0);
+        return Err(StorageError::Conflict {
+            run_id: a.run_id.clone(),
+            expected: seq,
+            actual: seq,
+        });
+    }
     let keys = ks
         .log
         .prefix(log_prefix(&a.run_id))
