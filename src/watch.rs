@@ -20,6 +20,10 @@ struct Follow {
     watch: Option<LogWatch>,
     buffer: VecDeque<Record>,
     done: bool,
+    /// When the watched run was created, once seen: a run of the same id created
+    /// at another time is another run (the watched one was deleted and its id
+    /// used again), whose records the watch never yields.
+    created_at: Option<u64>,
 }
 
 fn ends_run(event: &Event) -> bool {
@@ -30,6 +34,15 @@ fn ends_run(event: &Event) -> bool {
 }
 
 impl Follow {
+    /// Whether the run of this id is still the one watched (not deleted, nor
+    /// deleted and created again).
+    async fn same_run(&self, core: &reel_actors::Core) -> bool {
+        matches!(
+            core.meta(&self.run.run_id).await,
+            Ok(Some(meta)) if Some(meta.created_at) == self.created_at
+        )
+    }
+
     /// The next item, or `None` once the stream is over.
     async fn next_item(&mut self) -> Option<Result<Record>> {
         if self.done {
@@ -65,7 +78,14 @@ impl Follow {
             // The state before the records: a run seen finished here has all its
             // records readable (they land in the batch that finishes it).
             let finished = match core.meta(run_id).await {
-                Ok(Some(meta)) => meta.state.is_finished(),
+                Ok(Some(meta)) if self.created_at.is_some_and(|c| c != meta.created_at) => {
+                    // Deleted while watched, and its id used again.
+                    return None;
+                }
+                Ok(Some(meta)) => {
+                    self.created_at = Some(meta.created_at);
+                    meta.state.is_finished()
+                }
                 Ok(None) if self.next == 0 => {
                     return Some(Err(Error::UnknownRun(run_id.to_string())));
                 }
@@ -76,6 +96,10 @@ impl Follow {
             match core.records_from(run_id, self.next).await {
                 Err(e) => return Some(Err(e.into())),
                 Ok(records) => {
+                    if !records.is_empty() && !self.same_run(&core).await {
+                        // Deleted and created again between the two reads.
+                        return None;
+                    }
                     if let Some(last) = records.last() {
                         self.next = last.seq + 1;
                         self.buffer.extend(records);
@@ -114,7 +138,9 @@ impl AnyRun {
 
     /// [`AnyRun::watch`] from sequence number `seq` on: resumes a watch after a
     /// disconnect (pass the last seen `seq + 1`). Past the end of a finished run's
-    /// log the stream ends at once.
+    /// log the stream ends at once. A sequence number names no run of an id: if
+    /// the run was deleted and its id used again meanwhile, this reads the new
+    /// run (a watch that stays connected ends when its run is deleted).
     ///
     /// # Errors
     /// As [`AnyRun::watch`].
@@ -125,6 +151,7 @@ impl AnyRun {
             watch: None,
             buffer: VecDeque::new(),
             done: false,
+            created_at: None,
         };
         futures::stream::unfold(follow, |mut f| async move {
             let item = f.next_item().await?;
