@@ -132,3 +132,69 @@ async fn a_park_held_in_memory_is_reported_alike_by_every_view() -> anyhow::Resu
     host.shutdown().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_and_retry_of_a_run_parked_in_memory() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = common::hosts::open(dir.path(), ShapeV1).await?;
+    let run = host.start::<ShapeV1>("held", ()).await?;
+    within(LIMIT, "the wait", run.wait_until_suspended()).await??;
+    host.shutdown().await?;
+
+    let faults = FaultStore::new(FjallStore::open(dir.path())?);
+    let store: Arc<dyn reel::Store> = faults.clone();
+    let host = Host::builder()
+        .store(store)
+        .register(ShapeChanged)
+        .build()
+        .await?;
+    let run = host.handle::<ShapeChanged>("held");
+    faults.inject(
+        Fault::fail(Op::Submit)
+            .for_run("held")
+            .after(1)
+            .until_healed(),
+    );
+    run.signal("go", &7u32, "g").await?;
+    // result() answers with the parking error, as for a park on disk.
+    let got = within(LIMIT, "result() of the parked run", run.result()).await?;
+    assert!(
+        matches!(got, Err(reel::Error::ReplayDivergence { .. })),
+        "{got:?}"
+    );
+    // Deleting it is refused (it has not finished); the store heals; retry
+    // parks it again (the code still diverges), on disk this time.
+    assert!(matches!(
+        run.delete().await,
+        Err(reel::Error::InvalidState { .. })
+    ));
+    faults.heal();
+    run.retry().await?;
+    within(LIMIT, "the park on disk", async {
+        loop {
+            if host
+                .count()
+                .await?
+                .get(&StatusKind::Parked)
+                .copied()
+                .unwrap_or(0)
+                == 1
+            {
+                return anyhow::Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await??;
+    assert!(matches!(run.status().await?, RunStatus::Parked { .. }));
+    host.shutdown().await?;
+
+    // The old code finishes it.
+    let host = common::hosts::open(dir.path(), ShapeV1).await?;
+    assert_eq!(
+        within(LIMIT, "the run", host.handle::<ShapeV1>("held").result()).await??,
+        7
+    );
+    host.shutdown().await?;
+    Ok(())
+}
