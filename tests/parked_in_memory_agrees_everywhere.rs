@@ -42,7 +42,6 @@ impl Workflow for ShapeChanged {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a park held in memory (store refused the write) is missed by list(status=parked) and count(), and listed as parked under running|suspended (actors/src/core/listing.rs filters on the stored state)"]
 async fn a_park_held_in_memory_is_reported_alike_by_every_view() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let host = common::hosts::open(dir.path(), ShapeV1).await?;

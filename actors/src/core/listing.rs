@@ -70,7 +70,9 @@ impl Core {
     /// Storage errors (I/O); a damaged record is not one.
     pub async fn list_page(&self, query: RunQuery) -> Result<MetaPage, ActorError> {
         let store = self.store.clone();
+        let asked = query.clone();
         let mut page = blocking(move || {
+            let query = asked;
             let mut page = store.list_page(&query)?;
             for record in std::mem::take(&mut page.corrupt) {
                 let (Some(error), Some(run_id)) = (record.failure(), record.run_id.clone()) else {
@@ -84,18 +86,58 @@ impl Core {
             Ok(page)
         })
         .await?;
+        // A park the store refused is held in memory: such a run reads parked
+        // here as everywhere, and a status filter sees it so (its stored state's
+        // filter drops it; the first page of a filter on parked adds it).
+        let held = self.held_parks();
+        if held.is_empty() {
+            return Ok(page);
+        }
         for meta in &mut page.items {
             self.apply_held_park(meta);
+        }
+        page.items.retain(|m| query.matches(m));
+        let wants_parked = query
+            .status
+            .as_ref()
+            .is_some_and(|s| s.contains(&StatusKind::Parked));
+        if wants_parked && query.after.is_none() {
+            for run_id in held {
+                if page.items.iter().any(|m| m.run_id == run_id) {
+                    continue;
+                }
+                if let Some(mut meta) = self.store.get_run(&run_id)? {
+                    self.apply_held_park(&mut meta);
+                    if query.matches(&meta) {
+                        page.items.push(meta);
+                    }
+                }
+            }
         }
         Ok(page)
     }
 
-    /// How many runs are in each state, from the counts the store keeps.
+    /// How many runs are in each state, from the counts the store keeps; a run
+    /// whose park the store refused (held in memory) counts as parked.
     ///
     /// # Errors
     /// Storage errors.
     pub async fn counts(&self) -> Result<BTreeMap<StatusKind, u64>, ActorError> {
         let store = self.store.clone();
-        Ok(blocking(move || store.count_by_status()).await?)
+        let mut counts = blocking(move || store.count_by_status()).await?;
+        for run_id in self.held_parks() {
+            let Some(meta) = self.store.get_run(&run_id)? else {
+                continue;
+            };
+            let stored = meta.state.kind();
+            if meta.state.is_finished() || stored == StatusKind::Parked {
+                continue;
+            }
+            if let Some(n) = counts.get_mut(&stored) {
+                *n = n.saturating_sub(1);
+            }
+            *counts.entry(StatusKind::Parked).or_default() += 1;
+        }
+        Ok(counts)
     }
 }

@@ -96,6 +96,16 @@ impl Core {
     }
 
     /// Reports an unfinished run as parked if a park of it is held in memory.
+    /// The runs whose park the store refused, held parked in memory.
+    pub(super) fn held_parks(&self) -> Vec<String> {
+        self.unrecorded_parks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     pub(super) fn apply_held_park(&self, meta: &mut RunMeta) {
         if meta.state.is_finished() {
             return;
