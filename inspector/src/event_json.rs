@@ -6,11 +6,81 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use reel::{Event, Failure, Payload, Record};
 use serde_json::{Map, Value, json};
 
-/// A payload as a JSON value: its MessagePack decoded; an undecodable payload
-/// reads as `{"undecodable": "<n> bytes"}`.
+/// A payload as a JSON value: its MessagePack decoded (map keys that are not
+/// strings read as their JSON text, as `serde_json` writes them; byte strings as
+/// arrays of numbers; NaN and infinities as `null`); an undecodable payload reads
+/// as `{"undecodable": "<n> bytes"}`.
 pub fn payload_to_json(p: &Payload) -> Value {
-    rmp_serde::from_slice::<Value>(p.as_bytes())
-        .unwrap_or_else(|_| json!({ "undecodable": format!("{} bytes", p.as_bytes().len()) }))
+    rmp_serde::from_slice::<AsJson>(p.as_bytes()).map_or_else(
+        |_| json!({ "undecodable": format!("{} bytes", p.as_bytes().len()) }),
+        |v| v.0,
+    )
+}
+
+/// A JSON value read from any self-describing serde input: what
+/// `serde_json::Value` reads, and also maps with keys that are not strings and
+/// byte strings, which it refuses.
+struct AsJson(Value);
+
+impl<'de> serde::Deserialize<'de> for AsJson {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AsJson, D::Error> {
+        d.deserialize_any(AsJsonVisitor).map(AsJson)
+    }
+}
+
+struct AsJsonVisitor;
+
+impl<'de> serde::de::Visitor<'de> for AsJsonVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a MessagePack value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<Value, E> {
+        Ok(v.iter().copied().map(Value::from).collect())
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(AsJsonVisitor)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(AsJson(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(items.into())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some((AsJson(k), AsJson(v))) = map.next_entry()? {
+            let key = match k {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            out.insert(key, v);
+        }
+        Ok(out.into())
+    }
 }
 
 /// A failure as JSON: `{"kind", "message"}` plus the attempts of a failed step.
