@@ -11,11 +11,10 @@ mod support;
 
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use procs::Proc;
 use reel::{Ctx, Host, RunStatus, Workflow};
-use reel_postgres::partition_of;
 
 const CHILD_ENV: &str = "REEL_PG_CHILD_END_CHILD_DIR";
 const TEST: &str = "child_end_reaches_a_live_parent_after_the_child_host_dies_on_postgres";
@@ -69,15 +68,6 @@ fn child(dir: &Path) {
     });
 }
 
-/// `count` ids `<prefix>-<n>` on partitions of host `owner`.
-fn ids_on(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|n| format!("{prefix}-{n}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
-}
-
 #[test]
 fn child_end_reaches_a_live_parent_after_the_child_host_dies_on_postgres() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
@@ -93,8 +83,8 @@ fn child_end_reaches_a_live_parent_after_the_child_host_dies_on_postgres() {
     let (host, parents) = rt.block_on(async {
         let host = open(dir.path(), "host-1").await.expect("host 1");
         let owners = support::spread_leases(&url, "host-", 2, 100).await;
-        let parents = ids_on(&owners, 1, "p", PARENTS);
-        let kids = ids_on(&owners, 0, "c", PARENTS);
+        let parents = procs::ids_on(&owners, 1, "p", PARENTS);
+        let kids = procs::ids_on(&owners, 0, "c", PARENTS);
         let at = procs::epoch_ms() + 6000;
         for (p, c) in parents.iter().zip(&kids) {
             host.start::<Waits>(p, (c.clone(), at))
@@ -113,28 +103,7 @@ fn child_end_reaches_a_live_parent_after_the_child_host_dies_on_postgres() {
             "the children were not all waiting before their timer"
         );
         // The first children's ends land: kill their host at once.
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .expect("connect");
-        let task = tokio::spawn(conn);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let done: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM reel_runs WHERE run_id LIKE 'c-%' \
-                     AND status = 'completed'",
-                    &[],
-                )
-                .await
-                .expect("count")
-                .get(0);
-            if done > 0 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the children never ended");
-        }
-        drop(client);
-        let _ = task.await;
+        procs::until_one_ended(&url, "c-", "completed", "children").await;
         (host, parents)
     });
     victim.kill();

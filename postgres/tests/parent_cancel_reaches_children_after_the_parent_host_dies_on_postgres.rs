@@ -11,11 +11,10 @@ mod support;
 
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use procs::Proc;
 use reel::{Ctx, Host, RunStatus, Workflow};
-use reel_postgres::partition_of;
 
 const CHILD_ENV: &str = "REEL_PG_PARENT_CANCEL_KILLED_CHILD_DIR";
 const TEST: &str = "parent_cancel_reaches_children_after_the_parent_host_dies_on_postgres";
@@ -67,15 +66,6 @@ fn child(dir: &Path) {
     });
 }
 
-/// `count` ids `<prefix>-<n>` on partitions of host `owner`.
-fn ids_on(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
-    (0..)
-        .map(|n| format!("{prefix}-{n}"))
-        .filter(|id| owners[partition_of(id) as usize] == owner)
-        .take(count)
-        .collect()
-}
-
 #[test]
 fn parent_cancel_reaches_children_after_the_parent_host_dies_on_postgres() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
@@ -91,8 +81,8 @@ fn parent_cancel_reaches_children_after_the_parent_host_dies_on_postgres() {
     let (host, pairs) = rt.block_on(async {
         let host = open(dir.path(), "host-1").await.expect("host 1");
         let owners = support::spread_leases(&url, "host-", 2, 100).await;
-        let parents = ids_on(&owners, 0, "p", PARENTS);
-        let kids = ids_on(&owners, 1, "c", PARENTS);
+        let parents = procs::ids_on(&owners, 0, "p", PARENTS);
+        let kids = procs::ids_on(&owners, 1, "c", PARENTS);
         let at = procs::epoch_ms() + 6000;
         for (p, c) in parents.iter().zip(&kids) {
             host.start::<Waits>(p, (c.clone(), at))
@@ -122,61 +112,14 @@ fn parent_cancel_reaches_children_after_the_parent_host_dies_on_postgres() {
             r.expect("request cancel");
         }
         // The first parents end cancelled: kill their host at once.
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .expect("connect");
-        let task = tokio::spawn(conn);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let done: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM reel_runs WHERE run_id LIKE 'p-%' \
-                     AND status = 'cancelled'",
-                    &[],
-                )
-                .await
-                .expect("count")
-                .get(0);
-            if done > 0 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the parents never ended");
-        }
-        drop(client);
-        let _ = task.await;
+        procs::until_one_ended(&url, "p-", "cancelled", "parents").await;
         (host, parents.into_iter().zip(kids).collect::<Vec<_>>())
     });
     victim.kill();
     rt.block_on(async {
         // The parents' host is gone and its partitions are taken within a few
         // seconds; give every child 20 s from now, all at once.
-        let waits = pairs.iter().map(|(p, c)| {
-            let host = &host;
-            async move {
-                let run = host.run(c);
-                let deadline = Instant::now() + Duration::from_secs(20);
-                loop {
-                    match run.status().await {
-                        Ok(RunStatus::Cancelled) => return None,
-                        Ok(RunStatus::Suspended { .. } | RunStatus::Running) => {}
-                        other => return Some(format!("{c}: {other:?}")),
-                    }
-                    if Instant::now() > deadline {
-                        return Some(format!(
-                            "{c}: still {:?}, its parent {p} {:?}",
-                            run.status().await,
-                            host.run(p).status().await
-                        ));
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        });
-        let hung: Vec<String> = futures::future::join_all(waits)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+        let hung = procs::not_cancelled(&host, &pairs).await;
         host.shutdown().await.expect("shutdown");
         assert!(
             hung.is_empty(),

@@ -287,3 +287,70 @@ pub async fn query(url: &str, sql: &str) -> Vec<tokio_postgres::Row> {
     let _ = task.await;
     rows
 }
+
+/// `count` ids `<prefix>-<n>` on partitions of host `owner` (`owners`: each
+/// partition's owner, by index).
+pub fn ids_on(owners: &[usize], owner: usize, prefix: &str, count: usize) -> Vec<String> {
+    (0..)
+        .map(|n| format!("{prefix}-{n}"))
+        .filter(|id| owners[reel_postgres::partition_of(id) as usize] == owner)
+        .take(count)
+        .collect()
+}
+
+/// Polls the database, with no pause (a host is to be killed the moment it
+/// happens), until some run whose id starts with `prefix` has `status`; panics
+/// with "the `what` never ended" after 30 s.
+pub async fn until_one_ended(url: &str, prefix: &str, status: &str, what: &str) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let like = format!("{prefix}%");
+    loop {
+        let done: i64 = client
+            .query_one(
+                "SELECT count(*) FROM reel_runs WHERE run_id LIKE $1 AND status = $2",
+                &[&like, &status],
+            )
+            .await
+            .expect("count")
+            .get(0);
+        if done > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the {what} never ended");
+    }
+    drop(client);
+    let _ = task.await;
+}
+
+/// Gives every child of `pairs` (parent, child) 20 s from now, all at once, to
+/// end cancelled; the ones that did not, with their state and their parent's.
+pub async fn not_cancelled(host: &reel::Host, pairs: &[(String, String)]) -> Vec<String> {
+    let waits = pairs.iter().map(|(p, c)| async move {
+        let run = host.run(c);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match run.status().await {
+                Ok(reel::RunStatus::Cancelled) => return None,
+                Ok(reel::RunStatus::Suspended { .. } | reel::RunStatus::Running) => {}
+                other => return Some(format!("{c}: {other:?}")),
+            }
+            if Instant::now() > deadline {
+                return Some(format!(
+                    "{c}: still {:?}, its parent {p} {:?}",
+                    run.status().await,
+                    host.run(p).status().await
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    futures::future::join_all(waits)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
