@@ -9,11 +9,9 @@
 mod procs;
 mod support;
 
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use procs::Proc;
 use reel::{Ctx, Host, RunStatus, Workflow};
 
 const CHILD_ENV: &str = "REEL_PG_CHILD_END_CHILD_DIR";
@@ -60,12 +58,7 @@ async fn open(dir: &Path, name: &str) -> anyhow::Result<Host> {
 }
 
 fn child(dir: &Path) {
-    procs::runtime().block_on(async {
-        let _host = open(dir, "host-0").await.expect("open");
-        println!("joined");
-        std::io::stdout().flush().ok();
-        std::future::pending::<()>().await;
-    });
+    procs::idle_host(open(dir, "host-0"));
 }
 
 #[test]
@@ -74,12 +67,7 @@ fn child_end_reaches_a_live_parent_after_the_child_host_dies_on_postgres() {
         child(Path::new(&dir));
         return;
     }
-    let rt = procs::runtime();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = rt.block_on(support::database("child_end_lost"));
-    std::fs::write(dir.path().join("url"), &url).expect("url file");
-    let victim = Proc::spawn(TEST, CHILD_ENV, dir.path(), &[]);
-    victim.until(Duration::from_secs(60), |l| l.ends_with("joined"));
+    let (rt, dir, url, victim) = procs::joined_process(TEST, CHILD_ENV, "child_end_lost");
     let (host, parents) = rt.block_on(async {
         let host = open(dir.path(), "host-1").await.expect("host 1");
         let owners = support::spread_leases(&url, "host-", 2, 100).await;

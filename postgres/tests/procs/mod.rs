@@ -354,3 +354,31 @@ pub async fn not_cancelled(host: &reel::Host, pairs: &[(String, String)]) -> Vec
         .flatten()
         .collect()
 }
+
+/// The body of a host process that only has to be there: joins with `open`,
+/// says `joined`, and idles until it is killed.
+pub fn idle_host<F: std::future::Future<Output = anyhow::Result<reel::Host>>>(open: F) {
+    runtime().block_on(async {
+        let _host = open.await.expect("open");
+        println!("joined");
+        std::io::stdout().flush().ok();
+        std::future::pending::<()>().await;
+    });
+}
+
+/// A fresh database `db` (its URL also in `dir`'s `url` file, for host
+/// processes) and a host process, this test binary run again as `test` with
+/// `env` set to `dir`, once it has joined.
+pub fn joined_process(
+    test: &str,
+    env: &str,
+    db: &str,
+) -> (tokio::runtime::Runtime, tempfile::TempDir, String, Proc) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = rt.block_on(crate::support::database(db));
+    std::fs::write(dir.path().join("url"), &url).expect("url file");
+    let process = Proc::spawn(test, env, dir.path(), &[]);
+    process.until(Duration::from_secs(60), |l| l.ends_with("joined"));
+    (rt, dir, url, process)
+}
