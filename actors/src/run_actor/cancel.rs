@@ -130,15 +130,18 @@ impl RunActor {
     /// attached to (`ctx.child` on the id of a run someone else started) is not
     /// this run's child, and ignores the request.
     pub(super) fn cancel_children(&self, children: Vec<String>, reason: &str, hard: bool) {
+        let request = self.children_cancel(reason, hard);
         for child in children {
-            self.host.spawn_delivery(
-                child,
-                Delivery::Cancel {
-                    reason: reason.to_owned(),
-                    hard,
-                    from_parent: Some(self.run_id.to_string()),
-                },
-            );
+            self.host.spawn_delivery(child, request.clone());
+        }
+    }
+
+    /// The cancel request this run sends its children, naming it their parent.
+    pub(super) fn children_cancel(&self, reason: &str, hard: bool) -> Delivery {
+        Delivery::Cancel {
+            reason: reason.to_owned(),
+            hard,
+            from_parent: Some(self.run_id.to_string()),
         }
     }
 

@@ -8,7 +8,7 @@
 use reel_storage::{Failure, Mail, Payload, RunState};
 
 use super::RunActor;
-use crate::message::is_detached;
+use crate::message::{Mailable, is_detached};
 
 impl RunActor {
     /// Whether hosts share the store: only then are letters posted.
@@ -26,16 +26,12 @@ impl RunActor {
         if !self.shares_store() {
             return Vec::new();
         }
+        let Some(mail) = self.children_cancel(reason, hard).mail() else {
+            return Vec::new();
+        };
         children
             .iter()
-            .map(|child| {
-                let mail = Mail::Cancel {
-                    reason: reason.to_owned(),
-                    hard,
-                    from_parent: Some(self.run_id.to_string()),
-                };
-                (child.clone(), mail)
-            })
+            .map(|child| (child.clone(), mail.clone()))
             .collect()
     }
 
