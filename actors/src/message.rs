@@ -3,7 +3,7 @@
 //! the core sends these, the run actor handles them, neither module names the other
 //! for them.
 
-use reel_storage::{Failure, Mail, ParentLink, Payload, TimerEntry};
+use reel_storage::{Failure, Mail, ParentLink, Payload, RunState, TimerEntry};
 
 /// A child run a handler calls: waited for, or detached (a `detached#<n>` wait id,
 /// see [`is_detached`]).
@@ -218,5 +218,20 @@ impl Delivery {
             },
             Mail::Wake { .. } | Mail::Pause { .. } | Mail::Unpause | Mail::Retry => return None,
         })
+    }
+}
+
+/// What a parent learns of a child that ended in `state`: its output (`output`,
+/// when at hand) or why it did not complete. `None` for a state that is no end,
+/// or a completion whose output is not at hand.
+pub(crate) fn child_result(
+    state: &RunState,
+    output: Option<&Payload>,
+) -> Option<Result<Payload, Failure>> {
+    match state {
+        RunState::Completed => output.cloned().map(Ok),
+        RunState::Failed { error } => Some(Err(error.clone())),
+        RunState::Cancelled { reason } => Some(Err(Failure::Cancelled(reason.clone()))),
+        _ => None,
     }
 }

@@ -9,7 +9,7 @@ use reel_storage::{Event, Failure, ParentLink, Payload, RunMeta, RunState};
 
 use super::{Core, Started};
 use crate::error::ActorError;
-use crate::message::{ChildCall, Delivery, is_detached};
+use crate::message::{ChildCall, Delivery, child_result, is_detached};
 
 impl Core {
     /// Starts the child run (idempotent on its id) and arranges for its result to be
@@ -382,17 +382,16 @@ impl Core {
         let child = meta.clone();
         let output = output.cloned();
         tokio::spawn(async move {
-            let result = match &child.state {
-                RunState::Completed => match output {
-                    Some(output) => Ok(output),
-                    None => match core.child_output(&child.run_id).await {
+            let result = match child_result(&child.state, output.as_ref()) {
+                Some(result) => result,
+                // Completed, its output not at hand: read it.
+                None if child.state == RunState::Completed => {
+                    match core.child_output(&child.run_id).await {
                         Some(output) => output,
                         None => return,
-                    },
-                },
-                RunState::Failed { error } => Err(error.clone()),
-                RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),
-                _ => return,
+                    }
+                }
+                None => return,
             };
             let deliveries: Vec<_> = parents
                 .into_iter()

@@ -5,10 +5,10 @@
 //! right after the write loses none of it (a letter applied after its delivery
 //! changes nothing: a parent takes a child's end once, a cancel request once).
 
-use reel_storage::{Failure, Mail, Payload, RunState};
+use reel_storage::{Mail, Payload, RunState};
 
 use super::RunActor;
-use crate::message::{Mailable, is_detached};
+use crate::message::{Mailable, child_result, is_detached};
 
 impl RunActor {
     /// Whether hosts share the store: only then are letters posted.
@@ -49,12 +49,7 @@ impl RunActor {
         if is_detached(&parent.wait_id) {
             return None;
         }
-        let result = match state {
-            RunState::Completed => Ok(output?.clone()),
-            RunState::Failed { error } => Err(error.clone()),
-            RunState::Cancelled { reason } => Err(Failure::Cancelled(reason.clone())),
-            _ => return None,
-        };
+        let result = child_result(state, output)?;
         let mail = Mail::ChildDone {
             wait_id: parent.wait_id.clone(),
             child: self.run_id.to_string(),
