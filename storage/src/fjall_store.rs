@@ -91,8 +91,12 @@ pub struct StoreOptions {
     pub max_journal_bytes: u64,
     /// Block cache size.
     pub cache_bytes: u64,
-    /// Size at which a keyspace's memtable is flushed to disk.
+    /// Size at which a keyspace's memtable is flushed to disk (the log's aside).
     pub max_memtable_bytes: u64,
+    /// Size at which the log's memtable is flushed to disk. Larger than the
+    /// others': the log takes most writes, and each flush of a small memtable
+    /// costs a table write and, soon after, a compaction.
+    pub max_log_memtable_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -101,6 +105,7 @@ impl Default for StoreOptions {
             max_journal_bytes: 64 * 1024 * 1024,
             cache_bytes: 32 * 1024 * 1024,
             max_memtable_bytes: 8 * 1024 * 1024,
+            max_log_memtable_bytes: 32 * 1024 * 1024,
         }
     }
 }
