@@ -364,9 +364,12 @@ impl Host {
 
     /// Starts a run of `W`, idempotent on `run_id`: starting an existing run of the
     /// same workflow returns its handle and changes nothing. Returns once the run
-    /// is recorded durably; its handler starts running in the background (in a
-    /// burst of starts, `start` waits while many new runs are still being
-    /// activated).
+    /// is recorded durably. A new run's handler first runs here, on the caller's
+    /// task, until it waits or is about to do something (a step body, a child):
+    /// what it recorded so far goes into the run's first write, and a run that
+    /// only waits is written waiting. From there its handler runs in the
+    /// background (in a burst of starts, `start` waits while many new runs are
+    /// still being activated).
     ///
     /// # Errors
     /// [`Error::UnknownWorkflow`] / [`Error::VersionMismatch`] when `W` is not

@@ -42,8 +42,9 @@ async fn a_run_finishing_while_it_is_parked_stays_finished() -> anyhow::Result<(
         .build()
         .await?;
     // The park's read of the run is answered, then held: it sees the run unfinished.
+    // (The start's own read, which finds no run of that id, goes first.)
     let (hold, gate) = Fault::hold(Op::GetRun);
-    faults.inject(hold.for_run("r"));
+    faults.inject(hold.for_run("r").after(1));
     let run = host.start::<Flaky>("r", ()).await?;
     gate.wait_arrived().await;
 

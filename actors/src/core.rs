@@ -39,7 +39,7 @@ use crate::log_watch::LogWatchers;
 use crate::message::{Delivery, Mailable, Resume, StopRun};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
-use crate::run_actor::{Preload, RunActor, RunArgs};
+use crate::run_actor::{Fresh, Preload, RunActor, RunArgs};
 use crate::supervisor::{CHILDREN_PER_SUPERVISOR, Retire, RunSupervisor};
 use crate::timers::{AddTimers, RemoveTimers, TimerArgs, TimerService};
 use crate::waiters::{PruneOnDrop, Waiters};
@@ -48,6 +48,7 @@ mod activation;
 mod children;
 mod cluster;
 mod deletion;
+mod eager;
 mod fork;
 mod listing;
 mod operate;
@@ -234,11 +235,27 @@ impl Core {
     /// its events schedule: a fork's prefix may hold timers already settled).
     async fn create_with(
         &self,
-        meta: RunMeta,
-        events: Vec<Event>,
+        mut meta: RunMeta,
+        mut events: Vec<Event>,
         timers: Option<Vec<TimerEntry>>,
     ) -> Result<Started, ActorError> {
         // No read first: the compare-and-set on sequence 0 is the existence check.
+        let elsewhere = self.owned_elsewhere(&meta.run_id);
+        // Its first execution goes first; a run that only comes to wait is written
+        // waiting, and not activated (`eager`).
+        let first = match (&timers, elsewhere) {
+            (None, false) => self.execute_first(&meta, &events),
+            _ => None,
+        };
+        let mut handed = None;
+        if let Some(first) = first {
+            events.extend(first.events);
+            if let Some(state) = first.waiting {
+                meta.state = state;
+            }
+            handed = first.handed;
+        }
+        let waits = matches!(meta.state, RunState::Suspended { .. });
         let run_id = meta.run_id.clone();
         let workflow = meta.workflow.clone();
         let now = meta.created_at;
@@ -250,7 +267,7 @@ impl Core {
         // stops waiting can no longer leave a written run without its activation.
         let busy = self.activity.enter();
         let core = self.me.upgrade().ok_or(ActorError::Shutdown)?;
-        let permit = if enqueued {
+        let permit = if enqueued || waits {
             None
         } else {
             let permit = self.new_runs.clone().acquire_owned().await;
@@ -258,7 +275,6 @@ impl Core {
         };
         // Created on a host that does not own it: its owner learns of it, and of its
         // timers, by mail posted with the run's first write.
-        let elsewhere = self.owned_elsewhere(&run_id);
         let mail = elsewhere.then(|| reel_storage::Mail::Wake {
             timers: add_timers
                 .iter()
@@ -280,7 +296,11 @@ impl Core {
             })
             .await;
         match created {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some(h) = &handed {
+                    h.journal.go_live();
+                }
+            }
             // Someone created it first: answer as for an existing run. Boxed, as a
             // rare path: its future would make every start's several KB larger.
             Err(StorageError::Conflict { .. }) => {
@@ -300,8 +320,21 @@ impl Core {
             self.admit_later(entry.name.clone(), busy);
             return Ok(Started::Created);
         }
+        if waits {
+            // Like a passivated run: what wakes it activates it from disk.
+            self.schedule_timers(add_timers);
+            self.notify_changed(&run_id, Some(&meta_copy));
+            return Ok(Started::Created);
+        }
         // Stashed before the run's timers can reach it (see below).
-        self.stash_fresh(&run_id, Box::new((meta_copy, events_copy)));
+        self.stash_fresh(
+            &run_id,
+            Box::new(Fresh {
+                meta: meta_copy,
+                log: events_copy,
+                handed,
+            }),
+        );
         self.schedule_timers(add_timers);
         // The run exists once its first write has landed: its activation goes on in
         // a task of its own, which the caller does not wait for (a message sent to

@@ -10,6 +10,7 @@ use reel_storage::{Append, Clock, Event, Mail, RunMeta, StorageError, Store, Tic
 
 use crate::host::RunHost;
 
+mod dry;
 mod index;
 
 pub(crate) use index::LogIndex;
@@ -36,6 +37,8 @@ struct Shared {
     /// The host's clock: the time stamped on records.
     clock: Arc<dyn Clock>,
     host: Weak<dyn RunHost>,
+    /// A dry journal's: notified when it goes live or is abandoned ([`Journal::dry`]).
+    live: Option<tokio::sync::Notify>,
     state: Mutex<State>,
 }
 
@@ -60,6 +63,8 @@ struct State {
     /// The run is paused: the live execution makes no more results visible and
     /// ends once the step bodies under way have finished ([`Journal::pause`]).
     paused: bool,
+    /// A dry journal's appends, kept instead of written ([`Journal::dry`]).
+    dry: Option<Vec<Event>>,
 }
 
 /// Appends held back to travel with the next one: their sequence numbers are
@@ -154,7 +159,7 @@ impl Future for Landing {
         {
             this.journal.mark_durable(end, this.wake);
         }
-        if result.is_ok() && std::mem::take(&mut this.publishes) {
+        if result.is_ok() && std::mem::take(&mut this.publishes) && !this.journal.is_dry() {
             if let Some(host) = this.journal.0.host.upgrade() {
                 host.notify_published(&this.journal.0.run_id);
             }
@@ -182,6 +187,18 @@ impl Journal {
         history: Vec<Event>,
         base: u64,
     ) -> Journal {
+        Journal::build(run_id, store, clock, host, history, base, false)
+    }
+
+    fn build(
+        run_id: Arc<str>,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        host: Weak<dyn RunHost>,
+        history: Vec<Event>,
+        base: u64,
+        dry: bool,
+    ) -> Journal {
         let len = history.len() as u64;
         let index = LogIndex::new(&history);
         Journal(Arc::new(Shared {
@@ -190,6 +207,7 @@ impl Journal {
             store,
             clock,
             host,
+            live: dry.then(tokio::sync::Notify::new),
             state: Mutex::new(State {
                 next_seq: len,
                 history: Arc::new(history),
@@ -200,6 +218,7 @@ impl Journal {
                 closed: false,
                 held: Held::default(),
                 paused: false,
+                dry: dry.then(Vec::new),
             }),
         }))
     }
@@ -282,6 +301,10 @@ impl Journal {
             return;
         }
         let held = std::mem::take(&mut state.held);
+        if let Some(dry) = &mut state.dry {
+            dry.extend(held.events);
+            return;
+        }
         // Nobody waits for it: the write goes on without its ticket.
         drop(self.0.store.submit(Append {
             run_id: self.0.run_id.to_string(),
@@ -398,6 +421,16 @@ impl Journal {
                 all.extend(events);
                 (held.from, all)
             };
+            if let Some(dry) = &mut state.dry {
+                dry.extend(all);
+                return Landing {
+                    ticket: Ticket::ready(Ok(())),
+                    durable_end: durable.then_some(end),
+                    wake,
+                    publishes,
+                    journal: self.clone(),
+                };
+            }
             let expected_seq = (!all.is_empty()).then_some(self.0.base + from);
             let removed = remove_timers.clone();
             let ticket = self.0.store.submit(Append {
@@ -481,6 +514,9 @@ impl Journal {
     /// several hosts, only while the host surely holds the lease of the run's
     /// partition (never once the host is gone).
     pub fn lease_holds(&self) -> bool {
+        if self.is_dry() {
+            return false;
+        }
         self.0
             .host
             .upgrade()

@@ -25,8 +25,11 @@
 //!   (weakly) instead of the [`Core`]; the core implements it.
 //! - `journal`: [`Journal`], a run's append handle over its current log segment
 //!   (sequence numbers, timer index); `journal::index`, the lookups a delivery
-//!   makes (timers created and settled, signals received, children called).
-//! - `services`: [`Services`], what a handler asks of its host (child runs, signals).
+//!   makes (timers created and settled, signals received, children called);
+//!   `journal::dry`, a journal that keeps its appends (a new run's first execution,
+//!   before the run's first write).
+//! - `services`: [`Services`], what a handler asks of its host (child runs, signals),
+//!   held back while the execution's journal is dry.
 //! - `timers`: the timer service actor. `supervisor`: rotating kameo supervisors
 //!   that park crash-looping runs.
 //! - `engine`: the seam to the replay engine: [`Engine`], [`Registry`],
@@ -34,13 +37,15 @@
 //! - `run_actor`: the per-run actor; `run_actor::delivery` appends what wakes a
 //!   run, `run_actor::cancel` carries out cancel requests and the host's deadlines
 //!   (graceful, then hard after the grace), `run_actor::segment` ends a log segment
-//!   and begins the next when the handler continues as new.
+//!   and begins the next when the handler continues as new, `run_actor::fresh` a
+//!   new run as its first write left it (its first execution included).
 //! - `core`: [`Core`] at the top: `core::recovery` (start-up), `core::activation`
 //!   (live-run map, supervisors), `core::routing` (deliveries, wake-ups),
 //!   `core::parking`, `core::waiters`, `core::published`, `core::children`
 //!   (child-run links, child cycles), `core::listing`, `core::reading` (a run's
 //!   log, records and watches), `core::queueing` (starting runs on queues and
-//!   admitting them), `core::run_host` (the core as `RunHost`).
+//!   admitting them), `core::eager` (a new run's first execution, before its
+//!   first write), `core::run_host` (the core as `RunHost`).
 
 mod asking;
 mod blocking;

@@ -35,6 +35,7 @@ use crate::services::Services;
 mod admission;
 mod cancel;
 mod delivery;
+mod fresh;
 mod letters;
 mod outcome;
 mod pause;
@@ -54,11 +55,14 @@ pub(crate) struct RunArgs {
     pub(crate) preload: Option<Preload>,
 }
 
-/// A run as just written: its metadata and log. Boxed, like the actor's metadata
-/// and options, to keep small what kameo holds inline in every run actor's task
-/// for its whole life (7 KB a run with them inline, where a host may keep tens of
-/// thousands of run actors live).
-pub(crate) type Preload = Box<(RunMeta, Vec<Event>)>;
+pub(crate) use fresh::{Fresh, Handed};
+
+/// A run as just written: its metadata and log, and its first execution when it
+/// ran before the write. Boxed, like the actor's metadata and options, to keep
+/// small what kameo holds inline in every run actor's task for its whole life (7
+/// KB a run with them inline, where a host may keep tens of thousands of run
+/// actors live).
+pub(crate) type Preload = Box<Fresh>;
 
 pub(crate) struct RunActor {
     host: Arc<dyn RunHost>,
@@ -84,6 +88,9 @@ pub(crate) struct RunActor {
     log_warned: bool,
     /// Held while the execution runs and does not only wait (see [`RunActor::track`]).
     busy: Option<reel_storage::Busy>,
+    /// The run's first execution, run before its first write: the first
+    /// [`RunActor::begin`] goes on with it.
+    handed: Option<Box<Handed>>,
 }
 
 /// An outcome reported by the execution task: a suspension (the execution stays
@@ -137,20 +144,21 @@ impl RunActor {
     /// Loads the run (or takes it as just written) and builds the actor.
     async fn start(args: RunArgs, me: ActorRef<Self>) -> Result<Self, ActorError> {
         let host = args.host.upgrade().ok_or(ActorError::Shutdown)?;
-        let (meta, log) = match args.preload {
+        let (meta, log, handed) = match args.preload {
             Some(preload) => {
-                let (meta, log) = *preload;
-                (Some(meta), Ok(log))
+                let Fresh { meta, log, handed } = *preload;
+                (Some(meta), Ok(log), handed)
             }
             None => {
                 let store = args.store.clone();
                 let id = args.run_id.clone();
-                blocking(move || {
+                let (meta, log) = blocking(move || {
                     let meta = store.get_run(&id)?;
                     let from = meta.as_ref().map_or(0, |m| m.segment_start);
                     Ok((meta, store.read_log_from(&id, from)))
                 })
-                .await?
+                .await?;
+                (meta, log, None)
             }
         };
         let meta = meta.ok_or_else(|| ActorError::UnknownRun(args.run_id.to_string()))?;
@@ -173,14 +181,17 @@ impl RunActor {
             host.run_finished(&meta, None);
         }
         let engine = args.registry.lookup(&meta.workflow, meta.version);
-        let journal = Journal::new(
-            args.run_id.clone(),
-            args.store.clone(),
-            args.options.clock.clone(),
-            Arc::downgrade(&host),
-            log,
-            meta.segment_start,
-        );
+        let journal = match &handed {
+            Some(handed) => handed.journal.clone(),
+            None => Journal::new(
+                args.run_id.clone(),
+                args.store.clone(),
+                args.options.clock.clone(),
+                Arc::downgrade(&host),
+                log,
+                meta.segment_start,
+            ),
+        };
         if args.resume && broken.is_none() {
             let _ = me.tell(Resume).try_send();
         }
@@ -203,6 +214,7 @@ impl RunActor {
             leaving: false,
             log_warned: false,
             busy: None,
+            handed: handed.map(Box::new),
         })
     }
 }
@@ -284,14 +296,7 @@ impl RunActor {
         self.suspended = false;
         self.warn_if_long();
         let generation = self.generation;
-        let execution = Execution {
-            run_id: self.run_id.clone(),
-            history: self.journal.snapshot(),
-            journal: self.journal.clone(),
-            services: Services(Arc::downgrade(&self.host)),
-            parent: self.meta.parent.as_ref().map(|p| p.run_id.clone()),
-            segment: self.meta.segment,
-        };
+        let handed = self.handed.take().map(|h| *h);
         let span = tracing::info_span!(
             "reel.run",
             run_id = %self.run_id,
@@ -299,7 +304,19 @@ impl RunActor {
             version = self.meta.version,
             generation
         );
-        let mut outcomes = engine.execute(execution);
+        let mut outcomes = match handed {
+            Some(mut handed) => {
+                std::mem::replace(&mut handed.outcomes, Box::pin(futures::stream::empty()))
+            }
+            None => engine.execute(Execution {
+                run_id: self.run_id.clone(),
+                history: self.journal.snapshot(),
+                journal: self.journal.clone(),
+                services: Services(Arc::downgrade(&self.host), None),
+                parent: self.meta.parent.as_ref().map(|p| p.run_id.clone()),
+                segment: self.meta.segment,
+            }),
+        };
         let me = me.clone();
         // Aborted by the actor when it stops; ends by itself after the final outcome.
         let task = tokio::spawn(

@@ -311,15 +311,21 @@ impl Ctx {
         }
     }
 
-    /// Waits until a step body may start here: at once, save on a host sharing
-    /// its store whose leases may have run out (it was frozen, or cut off from
-    /// the database), where another host may own the run and have recorded this
-    /// step already. The host's next renewal either renews its leases, and the
-    /// body runs, or stops the run here.
+    /// Waits until a step body may start here: at once, save in a new run's
+    /// first execution before the run is written (until it is), and on a host
+    /// sharing its store whose leases may have run out (it was frozen, or cut off
+    /// from the database), where another host may own the run and have recorded
+    /// this step already. The host's next renewal either renews its leases, and
+    /// the body runs, or stops the run here.
     async fn until_lease_holds(&self) {
         let Some(journal) = &self.inner.journal else {
             return;
         };
+        // A new run's first execution, before the run is written: the body starts
+        // once it is, and never if it is not.
+        if !journal.until_live().await {
+            std::future::pending::<()>().await;
+        }
         while !journal.lease_holds() {
             tokio::time::sleep(LEASE_RECHECK).await;
         }
