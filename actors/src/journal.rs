@@ -38,7 +38,7 @@ struct Shared {
     clock: Arc<dyn Clock>,
     host: Weak<dyn RunHost>,
     /// A dry journal's: notified when it goes live or is abandoned ([`Journal::dry`]).
-    live: Option<tokio::sync::Notify>,
+    live: std::sync::OnceLock<tokio::sync::Notify>,
     state: Mutex<State>,
 }
 
@@ -187,18 +187,6 @@ impl Journal {
         history: Vec<Event>,
         base: u64,
     ) -> Journal {
-        Journal::build(run_id, store, clock, host, history, base, false)
-    }
-
-    fn build(
-        run_id: Arc<str>,
-        store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
-        host: Weak<dyn RunHost>,
-        history: Vec<Event>,
-        base: u64,
-        dry: bool,
-    ) -> Journal {
         let len = history.len() as u64;
         let index = LogIndex::new(&history);
         Journal(Arc::new(Shared {
@@ -207,7 +195,7 @@ impl Journal {
             store,
             clock,
             host,
-            live: dry.then(tokio::sync::Notify::new),
+            live: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 next_seq: len,
                 history: Arc::new(history),
@@ -218,7 +206,7 @@ impl Journal {
                 closed: false,
                 held: Held::default(),
                 paused: false,
-                dry: dry.then(Vec::new),
+                dry: None,
             }),
         }))
     }

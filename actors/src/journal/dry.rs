@@ -23,12 +23,15 @@ impl Journal {
         host: Weak<dyn RunHost>,
         history: Vec<Event>,
     ) -> Journal {
-        Journal::build(run_id, store, clock, host, history, 0, true)
+        let journal = Journal::new(run_id, store, clock, host, history, 0);
+        journal.0.live.get_or_init(tokio::sync::Notify::new);
+        journal.lock().dry = Some(Vec::new());
+        journal
     }
 
     /// Whether the journal is dry: it keeps its appends.
     pub(crate) fn is_dry(&self) -> bool {
-        self.0.live.is_some() && self.lock().dry.is_some()
+        self.0.live.get().is_some() && self.lock().dry.is_some()
     }
 
     /// Takes what a dry journal was given so far, in log order (held events last:
@@ -49,7 +52,7 @@ impl Journal {
             state.durable = state.next_seq;
             state.waker.clone()
         };
-        if let Some(live) = &self.0.live {
+        if let Some(live) = self.0.live.get() {
             live.notify_waiters();
         }
         if let Some(w) = waker {
@@ -60,14 +63,14 @@ impl Journal {
     /// What it kept was not written: nothing waiting for that ever goes on.
     pub(crate) fn abandon(&self) {
         self.close();
-        if let Some(live) = &self.0.live {
+        if let Some(live) = self.0.live.get() {
             live.notify_waiters();
         }
     }
 
     /// Waits until the journal is not dry; false if it was abandoned instead.
     pub async fn until_live(&self) -> bool {
-        let Some(live) = &self.0.live else {
+        let Some(live) = self.0.live.get() else {
             return true;
         };
         loop {
