@@ -239,7 +239,8 @@ impl Core {
         mut events: Vec<Event>,
         timers: Option<Vec<TimerEntry>>,
     ) -> Result<Started, ActorError> {
-        // No read first: the compare-and-set on sequence 0 is the existence check.
+        // The compare-and-set on sequence 0 is the existence check (the first
+        // execution's read of the run only spares an existing run an execution).
         let elsewhere = self.owned_elsewhere(&meta.run_id);
         // Its first execution goes first; a run that only comes to wait is written
         // waiting, and not activated (`eager`).

@@ -305,9 +305,7 @@ impl RunActor {
             generation
         );
         let mut outcomes = match handed {
-            Some(mut handed) => {
-                std::mem::replace(&mut handed.outcomes, Box::pin(futures::stream::empty()))
-            }
+            Some(handed) => handed.into_outcomes(),
             None => engine.execute(Execution {
                 run_id: self.run_id.clone(),
                 history: self.journal.snapshot(),

@@ -3,19 +3,19 @@
 //! (a signal, a timer) the run is written already waiting, with its suspended
 //! state, and no actor is spawned for it: it is activated from disk when
 //! something wakes it, like a passivated run. Otherwise (a step, a child, an
-//! end) it is activated as usual and its execution replays what the first one
-//! recorded (a step body the first one reached starts then, as after a crash
-//! before the body ran).
+//! end) the run's actor goes on with that same execution once the write has
+//! landed ([`Handed`]): the handler is not run again.
 //!
 //! The first execution runs on the caller's task, polled once: its journal keeps
-//! its appends instead of writing them ([`Journal::dry`]), its host is gone (no
-//! service answers, no step body starts), and what it records becomes visible to
-//! it at once. That is sound because all of it lands in the run's first write,
-//! fsynced, before anything else can see the run; everything it observed is in
-//! the log, so every later execution observes the same, as after any write.
-//! A run that exists already is not executed this way. (When the first write
-//! fails, because a racing start of the same id wrote first or the disk failed,
-//! what the execution observed is in no log: nothing but its handler saw it.)
+//! its appends instead of writing them ([`Journal::dry`]), no step body starts
+//! and no service reaches the host until the journal goes live, and what it
+//! records becomes visible to it at once. That is sound because all of it lands
+//! in the run's first write, fsynced, before anything else can see the run;
+//! everything it observed is in the log, so every later execution observes the
+//! same, as after any write. A run that exists already is not executed this way.
+//! (When the first write fails, because a racing start of the same id wrote
+//! first or the disk failed, the journal is abandoned and what the execution
+//! observed is in no log: nothing but its handler saw it.)
 
 use std::panic::AssertUnwindSafe;
 use std::task::{Context, Poll};

@@ -24,6 +24,14 @@ pub(crate) struct Handed {
     pub(crate) outcomes: BoxStream<'static, Outcome>,
 }
 
+impl Handed {
+    /// The execution's outcomes, for the actor that goes on with it.
+    pub(crate) fn into_outcomes(mut self) -> BoxStream<'static, Outcome> {
+        // Taken out of a value that has a `Drop`; its journal is live by now.
+        std::mem::replace(&mut self.outcomes, Box::pin(futures::stream::empty()))
+    }
+}
+
 impl Drop for Handed {
     /// Never handed over while its journal is still dry (its run's first write
     /// failed): what its execution started waits for nothing more.
