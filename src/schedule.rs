@@ -236,7 +236,8 @@ impl Host {
 
     /// Replaces a schedule's spec and input (and workflow); a paused schedule
     /// stays paused. The next firing is the first fire time of the new spec after
-    /// now.
+    /// now. A firing held back by [`Overlap::BufferOne`] is kept: it starts when
+    /// the previous run ends, as before the update (with the new input).
     ///
     /// # Errors
     /// As [`Host::schedule`], [`Error::UnknownSchedule`] instead of
@@ -252,6 +253,7 @@ impl Host {
             let mut new = record.clone();
             new.paused = old.paused;
             new.last_run = old.last_run.take();
+            new.buffered = old.buffered.take();
             *old = new;
             Ok(())
         })

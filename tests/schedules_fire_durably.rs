@@ -226,6 +226,39 @@ async fn overlapping_firings_follow_the_overlap_policy() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An update keeps a firing `BufferOne` held back: it starts when the run
+/// holding it back ends, as it would have without the update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_keeps_a_buffered_firing() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let clock = TestClock::new(t0());
+    let host = open(&dir.path().join("store"), &clock).await?;
+    let spec = || ScheduleSpec::every(HOUR).overlap(Overlap::BufferOne);
+    host.schedule::<Hold>("buffer", spec(), ()).await?;
+    // Hour 1 starts a run that holds; hour 2 is buffered behind it.
+    for h in 1..=2 {
+        clock.advance(HOUR);
+        until_handled(&host, "buffer", h).await?;
+    }
+    assert_eq!(fired(&host, "buffer", 2).await?, vec![1]);
+    host.update_schedule::<Hold>("buffer", spec(), ()).await?;
+
+    let first = host.handle::<Hold>(&run_id("buffer", 1));
+    first.signal("done", &(), "done-1").await?;
+    within(LIMIT, "the first run", first.result()).await??;
+    let buffered = run_id("buffer", 2);
+    within(LIMIT, "the buffered firing, after the update", async {
+        while info(&host, "buffer").await?.last_run != Some(buffered.clone()) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        anyhow::Ok(())
+    })
+    .await??;
+    assert_eq!(fired(&host, "buffer", 3).await?, vec![1, 2]);
+    host.shutdown().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_updated_and_deleted_schedules_hold_across_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
