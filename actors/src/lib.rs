@@ -44,8 +44,9 @@
 //!   `core::parking`, `core::waiters`, `core::published`, `core::children`
 //!   (child-run links, child cycles), `core::listing`, `core::reading` (a run's
 //!   log, records and watches), `core::queueing` (starting runs on queues and
-//!   admitting them), `core::eager` (a new run's first execution, before its
-//!   first write), `core::run_host` (the core as `RunHost`).
+//!   admitting them), `core::starting` (a start, a new run's first write),
+//!   `core::eager` (a new run's first execution, before its first write),
+//!   `core::run_host` (the core as `RunHost`).
 
 mod asking;
 mod blocking;
