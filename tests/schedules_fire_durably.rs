@@ -60,6 +60,17 @@ async fn fired(host: &Host, schedule: &str, last: u64) -> anyhow::Result<Vec<u64
     Ok(out)
 }
 
+/// Waits until the schedule's last run is `run` (a buffered firing started).
+async fn until_last_run(host: &Host, schedule: &str, run: &str) -> anyhow::Result<()> {
+    within(LIMIT, "the buffered firing", async {
+        while info(host, schedule).await?.last_run.as_deref() != Some(run) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        anyhow::Ok(())
+    })
+    .await?
+}
+
 /// One schedule per catch-up policy, every hour from T0 (firing first at hour 1).
 async fn schedule_policies(host: &Host) -> reel::Result<()> {
     let every = || ScheduleSpec::every(HOUR).overlap(Overlap::AllowAll);
@@ -205,13 +216,7 @@ async fn overlapping_firings_follow_the_overlap_policy() -> anyhow::Result<()> {
         within(LIMIT, "the first run", first.result()).await??;
     }
     let buffered = run_id("buffer", 2);
-    within(LIMIT, "the buffered firing", async {
-        while info(&host, "buffer").await?.last_run != Some(buffered.clone()) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        anyhow::Ok(())
-    })
-    .await??;
+    until_last_run(&host, "buffer", &buffered).await?;
     assert_eq!(fired(&host, "buffer", 3).await?, vec![1, 2]);
     let status = host.handle::<Hold>(&buffered).status().await?;
     assert!(
@@ -246,14 +251,7 @@ async fn an_update_keeps_a_buffered_firing() -> anyhow::Result<()> {
     let first = host.handle::<Hold>(&run_id("buffer", 1));
     first.signal("done", &(), "done-1").await?;
     within(LIMIT, "the first run", first.result()).await??;
-    let buffered = run_id("buffer", 2);
-    within(LIMIT, "the buffered firing, after the update", async {
-        while info(&host, "buffer").await?.last_run != Some(buffered.clone()) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        anyhow::Ok(())
-    })
-    .await??;
+    until_last_run(&host, "buffer", &run_id("buffer", 2)).await?;
     assert_eq!(fired(&host, "buffer", 3).await?, vec![1, 2]);
     host.shutdown().await?;
     Ok(())
