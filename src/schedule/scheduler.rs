@@ -87,15 +87,30 @@ async fn run(me: Weak<Scheduler>, core: Weak<Core>) {
                 }
             }
         };
+        // On a shared store, look again at what this host leads on real time,
+        // whatever the host's clock: leases move on real time, and a test clock
+        // moves only when told (a host that took a schedule's partition over
+        // would not fire its due firing until then).
+        let again = host.lead_recheck();
         let notify = scheduler.notify.clone();
         let sleep = wake_at.map(|at| host.clock().sleep_until(from_ms(at)));
         drop((scheduler, host));
-        match sleep {
-            Some(sleep) => tokio::select! {
-                () = sleep => {}
-                () = notify.notified() => {}
-            },
-            None => notify.notified().await,
+        let due = async {
+            match sleep {
+                Some(sleep) => sleep.await,
+                None => std::future::pending().await,
+            }
+        };
+        let again = async {
+            match again {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = due => {}
+            () = again => {}
+            () = notify.notified() => {}
         }
     }
 }
@@ -109,12 +124,9 @@ impl Scheduler {
         let now = core.clock().now_ms();
         let mut wake: Option<u64> = None;
         // On a shared store each schedule is fired by one host: the one leasing
-        // its id's partition. Look again at least this often: leases move, and
-        // a schedule created or changed on another host wakes only that host's
-        // scheduler.
-        if let Some(recheck) = core.lead_recheck() {
-            wake = Some(now.saturating_add(u64::try_from(recheck.as_millis()).unwrap_or(u64::MAX)));
-        }
+        // its id's partition. The loop looks again every `Core::lead_recheck`
+        // (real time): leases move, and a schedule created or changed on another
+        // host wakes only that host's scheduler.
         for record in records
             .into_iter()
             .filter(|r| !r.paused && core.leads(&r.id))
