@@ -123,6 +123,14 @@ impl Scheduler {
         let records = blocking(move || store.list_schedules()).await?;
         let now = core.clock().now_ms();
         let mut wake: Option<u64> = None;
+        // Only runs that still hold a firing back stay watched: the set does not
+        // grow with every run that ever held one.
+        let holding: HashSet<&str> = records
+            .iter()
+            .filter(|r| r.buffered.is_some())
+            .filter_map(|r| r.last_run.as_deref())
+            .collect();
+        watching.retain(|run| holding.contains(run.as_str()));
         // On a shared store each schedule is fired by one host: the one leasing
         // its id's partition. The loop looks again every `Core::lead_recheck`
         // (real time): leases move, and a schedule created or changed on another
