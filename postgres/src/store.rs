@@ -253,6 +253,19 @@ impl LogWriter for PgStore {
             let outcome = async {
                 let mut c = get(&pool).await?;
                 let tx = c.transaction().await.map_err(|e| pg_err(&e))?;
+                // The run's row, locked first: of two deletes at once (two hosts'
+                // retention passes), the second waits for the first, then finds
+                // the run gone and is refused, rather than deleting nothing and
+                // saying it deleted the run. The reads below see what was
+                // committed before the lock was taken.
+                let exists = tx
+                    .query_opt(
+                        "SELECT 1 FROM reel_runs WHERE run_id = $1 FOR UPDATE",
+                        &[&run],
+                    )
+                    .await
+                    .map_err(|e| pg_err(&e))?
+                    .is_some();
                 let row = tx
                     .query_one(
                         "SELECT coalesce(max(seq) + 1, 0) FROM reel_log WHERE run_id = $1",
@@ -268,7 +281,7 @@ impl LogWriter for PgStore {
                     .await
                     .map_err(|e| pg_err(&e))?
                     .is_some();
-                if actual != expected_seq || unfinished {
+                if !exists || actual != expected_seq || unfinished {
                     return Err(StorageError::Conflict {
                         run_id: run.clone(),
                         expected: expected_seq,

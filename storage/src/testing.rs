@@ -437,6 +437,17 @@ impl Store for FaultStore {
         self.inner.reclaim()
     }
 
+    /// The wrapped store's: a host sharing it stays a member of its cluster (the
+    /// faults apply to the store's reads and writes, not to leases and mail).
+    fn cluster(&self) -> Option<&dyn crate::Cluster> {
+        self.inner.cluster()
+    }
+
+    /// The wrapped store's.
+    fn admission(&self) -> Option<&dyn crate::Admission> {
+        self.inner.admission()
+    }
+
     fn close(&self) {
         let action = self.take(Op::Close, None);
         self.inner.close();
