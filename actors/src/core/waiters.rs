@@ -39,14 +39,20 @@ impl Core {
         }
         let output = match (&meta.state, output) {
             (RunState::Completed, Some(output)) => Some(output),
-            (RunState::Completed, None) => match self.last_event(run_id).await? {
-                Some(Event::RunCompleted { output }) => Some(output),
-                other => {
-                    return Err(ActorError::Storage(reel_storage::StorageError::Io(
-                        format!("run `{run_id}` is completed but its log ends with {other:?}"),
-                    )));
+            (RunState::Completed, None) => {
+                let last = self.last_event(run_id).await?;
+                // The log read is this run's only if the run is still there: one
+                // deleted meanwhile may have left its id to a new run.
+                self.still_the_run(&meta).await?;
+                match last {
+                    Some(Event::RunCompleted { output }) => Some(output),
+                    other => {
+                        return Err(ActorError::Storage(reel_storage::StorageError::Io(
+                            format!("run `{run_id}` is completed but its log ends with {other:?}"),
+                        )));
+                    }
                 }
-            },
+            }
             _ => None,
         };
         Ok((meta, output))
@@ -77,14 +83,29 @@ impl Core {
         // the sender registered for it goes, so abandoned waits do not pile up on a
         // run that may never change state.
         let _prune = PruneOnDrop(&self.waiters, run_id);
+        // The run first read: a wait keeps to it. Deleted, its id may be taken
+        // by a new run, whose states are no answer to this wait (`UnknownRun`).
+        let mut created_at: Option<u64> = None;
+        let gone = || ActorError::UnknownRun(run_id.to_owned());
         loop {
-            if let Some(changed) = notified.take().filter(|c| pred(&c.meta)) {
-                return Ok(changed);
+            if let Some(changed) = notified.take() {
+                if created_at.is_some_and(|c| c != changed.meta.created_at) {
+                    return Err(gone());
+                }
+                if pred(&changed.meta) {
+                    return Ok(changed);
+                }
             }
             let rx = self.waiters.register(run_id);
             // Read even while the host closes: a run that has already settled
             // answers with its state; only a wait that would begin now is refused.
-            let settled = match self.known(run_id).await {
+            let read = self.known(run_id).await;
+            if let Ok(meta) = &read
+                && *created_at.get_or_insert(meta.created_at) != meta.created_at
+            {
+                return Err(gone());
+            }
+            let settled = match read {
                 Ok(meta) if pred(&meta) => Some(Ok(Changed { meta, output: None })),
                 Ok(_) => self.check_open().err().map(Err),
                 Err(_) if self.is_closing() => Some(Err(ActorError::Shutdown)),
@@ -97,6 +118,15 @@ impl Core {
                 Ok(changed) => notified = changed,
                 Err(_) => return Err(ActorError::Shutdown),
             }
+        }
+    }
+
+    /// `UnknownRun` unless the run `meta` was read of is still there (not
+    /// deleted, its id not taken by a new run since).
+    async fn still_the_run(&self, meta: &RunMeta) -> Result<(), ActorError> {
+        match self.meta(&meta.run_id).await? {
+            Some(now) if now.created_at == meta.created_at => Ok(()),
+            _ => Err(ActorError::UnknownRun(meta.run_id.clone())),
         }
     }
 
