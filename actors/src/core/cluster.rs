@@ -404,10 +404,26 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|r, _| !owned(r));
-        for cell in cells {
-            if let Some(actor) = cell.get() {
-                let _ = ask(actor, StopRun).await;
-            }
+        // An actor busy in a handler (an append whose answer is slow) takes the
+        // stop only once that is done: the renewal that called this waits a
+        // quarter lease at most, or this host's other leases would lapse behind
+        // one slow write. The stops go on in bare tasks, each ending when its
+        // actor has stopped (its writes are refused once the lease has moved).
+        let stops: Vec<_> = cells
+            .iter()
+            .filter_map(|cell| cell.get().cloned())
+            .map(|actor| {
+                tokio::spawn(async move {
+                    let _ = ask(&actor, StopRun).await;
+                })
+            })
+            .collect();
+        let grace = self.cluster().map_or(Duration::ZERO, |c| c.lease_ttl() / 4);
+        if tokio::time::timeout(grace, futures::future::join_all(stops))
+            .await
+            .is_err()
+        {
+            tracing::warn!("reel: runs busy writing when stopped here; they stop once done");
         }
     }
 
