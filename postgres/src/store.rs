@@ -234,7 +234,13 @@ impl LogWriter for PgStore {
     }
 
     /// One transaction: the sequence check, then every row of the run.
-    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
+    fn delete(
+        &self,
+        run_id: &str,
+        expected_seq: u64,
+        created_at: u64,
+        remove_timers: Vec<TimerEntry>,
+    ) -> Ticket {
         if let Err(e) = reel_storage::check_run_id(run_id) {
             return Ticket::ready(Err(e));
         }
@@ -257,15 +263,24 @@ impl LogWriter for PgStore {
                 // retention passes), the second waits for the first, then finds
                 // the run gone and is refused, rather than deleting nothing and
                 // saying it deleted the run. The reads below see what was
-                // committed before the lock was taken.
-                let exists = tx
+                // committed before the lock was taken. A run created at another
+                // time took the id since the caller checked: it is refused too.
+                let row = tx
                     .query_opt(
-                        "SELECT 1 FROM reel_runs WHERE run_id = $1 FOR UPDATE",
+                        "SELECT meta FROM reel_runs WHERE run_id = $1 FOR UPDATE",
                         &[&run],
                     )
                     .await
-                    .map_err(|e| pg_err(&e))?
-                    .is_some();
+                    .map_err(|e| pg_err(&e))?;
+                let exists = match row {
+                    Some(r) => {
+                        RunMeta::decode("runs", run.as_bytes(), r.get(0))
+                            .map_err(StorageError::CorruptRecord)?
+                            .created_at
+                            == created_at
+                    }
+                    None => false,
+                };
                 let row = tx
                     .query_one(
                         "SELECT coalesce(max(seq) + 1, 0) FROM reel_log WHERE run_id = $1",

@@ -134,8 +134,8 @@ struct Encoded {
     records: Vec<Slice>,
     meta: Option<(Slice, bool)>,
     listed: Option<Listed>,
-    /// Removes the run instead (`LogWriter::delete`).
-    delete: bool,
+    /// Removes the run created at this time (ms) instead (`LogWriter::delete`).
+    delete: Option<u64>,
     add_timers: Vec<Vec<u8>>,
     remove_timers: Vec<Vec<u8>>,
     durable: bool,
@@ -281,7 +281,7 @@ impl FjallStore {
             None => None,
         };
         Ok(Encoded {
-            delete: false,
+            delete: None,
             listed: append.meta.as_ref().map(Listed::of),
             records,
             meta,
@@ -322,7 +322,13 @@ impl LogWriter for FjallStore {
         }
     }
 
-    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
+    fn delete(
+        &self,
+        run_id: &str,
+        expected_seq: u64,
+        created_at: u64,
+        remove_timers: Vec<TimerEntry>,
+    ) -> Ticket {
         if let Err(e) = check_run_id(run_id) {
             return Ticket::ready(Err(e));
         }
@@ -335,7 +341,7 @@ impl LogWriter for FjallStore {
             add_timers: Vec::new(),
             remove_timers: remove_timers.iter().map(encode_timer_key).collect(),
             durable: true,
-            delete: true,
+            delete: Some(created_at),
         })
     }
 

@@ -111,7 +111,13 @@ impl LogWriter for MemStore {
         Ticket::ready(result)
     }
 
-    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
+    fn delete(
+        &self,
+        run_id: &str,
+        expected_seq: u64,
+        created_at: u64,
+        remove_timers: Vec<TimerEntry>,
+    ) -> Ticket {
         let result = (|| {
             check_run_id(run_id)?;
             let mut st = self.state.lock().map_err(|_| StorageError::Closed)?;
@@ -119,7 +125,12 @@ impl LogWriter for MemStore {
                 return Err(StorageError::Closed);
             }
             let actual = st.logs.get(run_id).map_or(0, |l| l.len() as u64);
-            if actual != expected_seq {
+            // Not an unfinished run, nor a run created at another time.
+            let same_run = st
+                .runs
+                .get(run_id)
+                .is_some_and(|m| m.created_at == created_at && m.state.is_finished());
+            if actual != expected_seq || !same_run {
                 return Err(StorageError::Conflict {
                     run_id: run_id.to_owned(),
                     expected: expected_seq,

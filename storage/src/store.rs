@@ -196,10 +196,18 @@ pub trait LogWriter: Send + Sync {
     /// entries named in `remove_timers`. Compare-and-set like an append: refused
     /// with [`StorageError::Conflict`] unless the log's next sequence number is
     /// `expected_seq` (the log has not moved since the caller checked the run), and
-    /// refused the same way when the run is unfinished (its id was taken by a new
-    /// run since the caller checked a finished one). The space comes back as the
+    /// refused the same way when the run is unfinished, or when the run under the
+    /// id is not the one created at `created_at` (ms, [`RunMeta::created_at`](crate::RunMeta)):
+    /// its id was taken by a new run since the caller checked a finished one,
+    /// which may even have ended with a log as long. The space comes back as the
     /// backend compacts ([`Store::reclaim`]).
-    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket;
+    fn delete(
+        &self,
+        run_id: &str,
+        expected_seq: u64,
+        created_at: u64,
+        remove_timers: Vec<TimerEntry>,
+    ) -> Ticket;
 }
 
 /// Reads run logs. Calls block on disk I/O: call them off the async workers.

@@ -329,8 +329,15 @@ impl LogWriter for FaultStore {
         self.inner.set_commit_listener(listener);
     }
 
-    fn delete(&self, run_id: &str, expected_seq: u64, remove_timers: Vec<TimerEntry>) -> Ticket {
-        self.inner.delete(run_id, expected_seq, remove_timers)
+    fn delete(
+        &self,
+        run_id: &str,
+        expected_seq: u64,
+        created_at: u64,
+        remove_timers: Vec<TimerEntry>,
+    ) -> Ticket {
+        self.inner
+            .delete(run_id, expected_seq, created_at, remove_timers)
     }
 
     fn submit(&self, append: Append) -> Ticket {

@@ -17,6 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 mod cluster;
+mod deletion;
 mod listing;
 mod schedules;
 
@@ -26,6 +27,7 @@ pub use cluster::{
     leases_are_exclusive_and_shared, mail_stays_for_the_owner, mail_travels_with_a_creation,
     run_cluster_checks, writes_need_the_lease,
 };
+pub use deletion::delete_removes_only_the_run_checked;
 pub use listing::{listing_follows_each_change, listing_pages_and_counts};
 pub use schedules::schedules_swap_atomically;
 
@@ -88,6 +90,7 @@ pub async fn run_all<B: Backend, F: Fn() -> B>(new: F) {
     listing_pages_and_counts(&new()).await;
     listing_follows_each_change(&new()).await;
     schedules_swap_atomically(&new()).await;
+    delete_removes_only_the_run_checked(&new()).await;
 }
 
 fn ev(i: u64) -> Event {

@@ -80,17 +80,14 @@ impl Core {
             let _ = ask(actor, StopRun).await;
             actor.wait_for_shutdown().await;
         }
-        // The store tells runs apart by their log's length only: a run deleted
-        // since the check, its id taken by a new run that has already ended with
-        // a log as long, would be deleted in its place. Looked at again, the run
-        // under the id must still be the one checked. (A new run that takes the
-        // id between this read and the delete is not seen: a store-side check of
-        // the creation time would close that too.)
-        match self.meta(run_id).await? {
-            Some(now) if now.created_at == meta.created_at => {}
-            _ => return Err(ActorError::UnknownRun(run_id.to_owned())),
-        }
-        self.store.delete(run_id, next, Vec::new()).await?;
+        // The store deletes only the run created when the one checked was: a run
+        // deleted since, its id taken by a new run that has already ended with a
+        // log as long, is refused (a conflict: looked at again, it is that new
+        // run, to delete or refuse like any other, or `UnknownRun` to a
+        // retention pass).
+        self.store
+            .delete(run_id, next, meta.created_at, Vec::new())
+            .await?;
         self.unrecorded_parks
             .lock()
             .unwrap_or_else(|p| p.into_inner())

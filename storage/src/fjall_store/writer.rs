@@ -32,9 +32,9 @@ use foldhash::{HashMap, HashMapExt};
 
 use super::index::ListingWriter;
 use super::{Encoded, Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
-use crate::StorageError;
 use crate::keys::{log_key_into, log_prefix, seq_of};
 use crate::store::{CommitListener, Outstanding, Result};
+use crate::{RunMeta, StorageError};
 use fjall::OwnedWriteBatch;
 
 /// Next sequence numbers of recently written runs, so the CAS check rarely reads disk.
@@ -202,6 +202,9 @@ impl Committer {
 }
 
 /// What [`Committer::try_inline`] did with a request.
+// A value returned and matched at once, never stored: boxing the request would
+// cost every append a heap allocation.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Inline {
     /// Committed: the ticket holds this until it is dropped.
     Committed(Outstanding),
@@ -314,8 +317,8 @@ fn commit_batch(
                 continue;
             }
         }
-        if a.delete {
-            match delete_run(ks, &mut batch, listing, a) {
+        if let Some(created_at) = a.delete {
+            match delete_run(ks, &mut batch, listing, a, created_at) {
                 Ok(()) => {
                     cache.set(&a.run_id, 0);
                     if listener.is_some() {
@@ -410,15 +413,26 @@ fn commit_batch(
 
 /// Adds to `batch` the removal of everything of a run. Reads first (the log's
 /// keys, the old metadata), so a failed read leaves the batch without any of it.
-/// An unfinished run is never removed: a delete that checked a finished run and
-/// finds its id taken by a new one since is refused as a conflict.
+/// An unfinished run is never removed, nor a run created at another time: a
+/// delete that checked a finished run and finds its id taken by a new one since
+/// is refused as a conflict.
 fn delete_run(
     ks: &Keyspaces,
     batch: &mut OwnedWriteBatch,
     listing: &mut ListingWriter,
     a: &Encoded,
+    created_at: u64,
 ) -> Result<()> {
-    if ks.active.contains_key(a.run_id.as_str())? {
+    let other_run = match ks.runs.get(a.run_id.as_str())? {
+        Some(bytes) => {
+            RunMeta::decode("runs", a.run_id.as_bytes(), &bytes)
+                .map_err(StorageError::CorruptRecord)?
+                .created_at
+                != created_at
+        }
+        None => true,
+    };
+    if other_run || ks.active.contains_key(a.run_id.as_str())? {
         let seq = a.expected_seq.unwrap_or(0);
         return Err(StorageError::Conflict {
             run_id: a.run_id.clone(),

@@ -165,7 +165,7 @@ pub async fn listing_follows_each_change<B: Backend>(b: &B) {
             );
         }
     }
-    s.delete("change-a", seq, Vec::new())
+    s.delete("change-a", seq, 1, Vec::new())
         .await
         .expect("delete a");
     for kind in StatusKind::ALL {
