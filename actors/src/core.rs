@@ -4,8 +4,9 @@
 //! actors under rotating supervisors, what happens when one stops for good),
 //! `routing` (delivering messages to runs, background deliveries of wake-ups),
 //! `parking`, `waiters` (result waiters), `published` (readers of published
-//! values), `children` (child-run links, child cycles), `cluster` (leases,
-//! inbox and notices of a host that shares its store), `listing`, `operate`
+//! values), `children` (child-run links, child cycles), `cluster` (leases and
+//! notices of a host that shares its store), `inbox` (the mail other hosts post
+//! for its runs), `listing`, `operate`
 //! (pause, resume, retry), `fork`, `deletion` (delete, retention), `queueing`
 //! (starting runs on queues, admitting them), `starting` (a start and a new run's
 //! first write), `signal_start` (signal-with-start),
@@ -51,6 +52,7 @@ mod cluster;
 mod deletion;
 mod eager;
 mod fork;
+mod inbox;
 mod listing;
 mod operate;
 mod parking;
@@ -124,7 +126,7 @@ pub struct Core {
     closing: AtomicBool,
     /// Whose turn it is to read the inbox (`cluster`): one reader at a time, told
     /// to read again when asked meanwhile.
-    inbox: cluster::InboxTurn,
+    inbox: inbox::InboxTurn,
     /// Partitions being given back (`cluster`): still leased, but what would wake
     /// their runs goes to the inbox, for the next owner.
     leaving: Mutex<BTreeSet<u16>>,

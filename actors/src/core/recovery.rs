@@ -83,7 +83,7 @@ impl Core {
                 log_watchers,
                 retention_cursors: Default::default(),
                 closing: AtomicBool::new(false),
-                inbox: cluster::InboxTurn::default(),
+                inbox: inbox::InboxTurn::default(),
                 leaving: Mutex::default(),
                 lease_until: Mutex::default(),
                 activity: activity.clone(),
