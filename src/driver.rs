@@ -202,6 +202,10 @@ where
                 Poll::Ready(Err(reel_storage::StorageError::NotOwner { .. })) => {
                     return Some(Outcome::Disowned);
                 }
+                Poll::Ready(Err(e @ reel_storage::StorageError::Io(_))) => {
+                    let e = Error::from(e);
+                    return Some(Outcome::Unstored(format!("append failed: {e}")));
+                }
                 Poll::Ready(Err(e)) => {
                     let e = Error::from(e);
                     return Some(Outcome::Crashed(format!("append failed: {e}")));

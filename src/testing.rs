@@ -104,7 +104,7 @@ pub async fn replay_as<W: Workflow>(
         Outcome::Failed(f) => Ok(Replayed::Failed(f.into())),
         Outcome::Cancelled(reason) => Ok(Replayed::Failed(Error::Cancelled(reason))),
         Outcome::Parked(f) => Err(f.into()),
-        Outcome::Crashed(m) => Err(Error::Crashed(m)),
+        Outcome::Crashed(m) | Outcome::Unstored(m) => Err(Error::Crashed(m)),
         Outcome::ContinuedAsNew { version, .. } => Ok(Replayed::ContinuedAsNew { version }),
         Outcome::Suspended { waiting_on, .. } => Ok(Replayed::Pending(
             ctx.frontier_reached().unwrap_or(waiting_on),

@@ -99,6 +99,10 @@ pub struct Core {
     passivator: Passivator,
     actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,
     crash_messages: Mutex<HashMap<Arc<str>, String>>,
+    /// Runs whose actor last crashed because the store failed (an I/O error).
+    store_crashes: Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Runs a task resumes once the store answers again (`Core::resume_later`).
+    resuming: Mutex<std::collections::HashSet<Arc<str>>>,
     /// Parks known only in memory: the store refused to write them (a full disk), or
     /// the run's index records are damaged. Reported by `meta` and `list` so waiters,
     /// `status()` and `runs()` still learn why the run stopped; forgotten once a new

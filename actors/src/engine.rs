@@ -56,6 +56,10 @@ pub enum Outcome {
     /// The handler panicked outside a step: the actor crashes and the supervisor
     /// restarts it from disk.
     Crashed(String),
+    /// An append of the execution failed with an I/O error: as `Crashed`, except
+    /// that on a store whose outages pass (`Store::outages_pass`) the run is not
+    /// parked for crashing repeatedly but resumed once the store answers again.
+    Unstored(String),
     /// The run was paused ([`Journal::is_paused`]): the execution stopped making
     /// results visible, let the step bodies under way finish and record their
     /// results, and ends here. Its handler is dropped; resuming the run starts a

@@ -54,6 +54,9 @@ pub(crate) trait RunHost: Send + Sync + 'static {
     fn record_unwritten_park(&self, run_id: &str, error: Failure);
     /// Remembers why the run's actor crashed, for the park after too many crashes.
     fn record_crash(&self, run_id: &Arc<str>, message: String);
+    /// As `record_crash`, for a crash of the store's making (an I/O error): on a
+    /// store whose outages pass, the run is resumed later instead of parked.
+    fn record_store_failure(&self, run_id: &Arc<str>, message: String);
     /// Parks a run whose log could not be loaded.
     fn park_unreadable_log<'a>(
         &'a self,

@@ -18,7 +18,7 @@ use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
 use kameo::error::{ActorStopReason, PanicError};
 use kameo::message::{Context, Message};
-use reel_storage::{Event, Failure, RunMeta, RunState, Store, TimerEntry};
+use reel_storage::{Event, Failure, RunMeta, RunState, StorageError, Store, TimerEntry};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
@@ -152,12 +152,25 @@ impl RunActor {
             None => {
                 let store = args.store.clone();
                 let id = args.run_id.clone();
-                let (meta, log) = blocking(move || {
+                let read = blocking(move || {
                     let meta = store.get_run(&id)?;
                     let from = meta.as_ref().map_or(0, |m| m.segment_start);
-                    Ok((meta, store.read_log_from(&id, from)))
+                    match store.read_log_from(&id, from) {
+                        // The store could not be reached: not an unreadable log.
+                        Err(e @ StorageError::Io(_)) if store.outages_pass() => Err(e),
+                        log => Ok((meta, log)),
+                    }
                 })
-                .await?;
+                .await;
+                let (meta, log) = match read {
+                    Ok(read) => read,
+                    Err(e) => {
+                        if matches!(e, StorageError::Io(_)) {
+                            host.record_store_failure(&args.run_id, e.to_string());
+                        }
+                        return Err(e.into());
+                    }
+                };
                 (meta, log, None)
             }
         };

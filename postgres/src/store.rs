@@ -539,6 +539,11 @@ impl Store for PgStore {
             .map(|_| self as &dyn reel_storage::Admission)
     }
 
+    /// The server may be unreachable for a while, or end sessions: runs wait for it.
+    fn outages_pass(&self) -> bool {
+        true
+    }
+
     fn close(&self) {
         // Dropping the sender ends the writer once the queue is drained.
         if let Ok(mut tx) = self.tx.lock() {

@@ -340,4 +340,13 @@ pub trait Store:
     fn admission(&self) -> Option<&dyn crate::Admission> {
         None
     }
+
+    /// Whether the store's [`StorageError::Io`](crate::StorageError::Io) failures
+    /// may pass on their own: a database server that can be unreachable for a
+    /// while. A run that meets one then waits for the store and resumes, rather
+    /// than counting a crash; `false` (the default) for a store whose write
+    /// failures last (a full disk), where a run that keeps failing is parked.
+    fn outages_pass(&self) -> bool {
+        false
+    }
 }

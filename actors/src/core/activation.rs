@@ -178,11 +178,23 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&run_id);
+        let of_the_store = self
+            .store_crashes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&run_id);
         if matches!(
             reason,
             ActorStopReason::Normal | ActorStopReason::SupervisorRestart
         ) || self.is_closing()
         {
+            return;
+        }
+        if of_the_store && self.store.outages_pass() {
+            // The store could not be reached (a database server gone for a while):
+            // not a crash loop of the run's own. It is resumed once the store answers.
+            tracing::warn!(run_id = %run_id, error = ?crash, "reel: the store failed under a run; resuming it once the store answers");
+            self.resume_later(run_id);
             return;
         }
         let message = crash.unwrap_or_else(|| format!("{reason:?}"));
@@ -193,6 +205,58 @@ impl Core {
         tokio::spawn(async move {
             if let Err(e) = core.park(&run_id, Failure::Crashed(message)).await {
                 tracing::error!(run_id = %run_id, error = %e, "reel: could not park run");
+            }
+        });
+    }
+
+    /// Resumes the run once the store answers again, retrying with backoff until
+    /// it does or the host closes; one task per run.
+    fn resume_later(&self, run_id: Arc<str>) {
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        if !self
+            .resuming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.clone())
+        {
+            return;
+        }
+        let weak = self.me.clone();
+        drop(core);
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(100);
+            loop {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+                let Some(core) = weak.upgrade().filter(|c| !c.is_closing()) else {
+                    return;
+                };
+                // Taken out first: a crash while resuming starts another attempt.
+                core.resuming
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&run_id);
+                match core.deliver(&run_id, Resume).await {
+                    Ok(())
+                    | Err(
+                        ActorError::Shutdown
+                        | ActorError::RunFinished(_)
+                        | ActorError::UnknownRun(_),
+                    ) => return,
+                    Err(e) => {
+                        tracing::debug!(run_id = %run_id, error = %e, "reel: the store still fails; resuming the run later");
+                        if !core
+                            .resuming
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(run_id.clone())
+                        {
+                            return;
+                        }
+                    }
+                }
             }
         });
     }

@@ -73,6 +73,8 @@ impl Core {
                 passivator,
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),
+                store_crashes: Mutex::default(),
+                resuming: Mutex::default(),
                 unrecorded_parks: Mutex::new(HashMap::new()),
                 supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
                 retired_supervisors: Mutex::new(Vec::new()),

@@ -22,7 +22,10 @@ impl Core {
             let _busy = busy;
             // A timer or child result must not be lost to a passing failure: retry
             // with backoff. (After a restart the index delivers timers again anyway.)
-            for attempt in 0..6u32 {
+            // On a store whose outages pass, failures of the store are waited out
+            // for as long as the host is open.
+            let mut attempt = 0u32;
+            loop {
                 let outcome = {
                     let Ok(_permit) = core.activations.acquire().await else {
                         return;
@@ -32,8 +35,19 @@ impl Core {
                 match outcome {
                     Ok(()) | Err(ActorError::Shutdown | ActorError::RunFinished(_)) => return,
                     Err(e) => {
+                        let of_the_store = matches!(
+                            e,
+                            ActorError::Storage(StorageError::Io(_))
+                                | ActorError::Unavailable { .. }
+                        );
+                        if attempt >= 5 && !(of_the_store && core.store.outages_pass())
+                            || core.is_closing()
+                        {
+                            return;
+                        }
                         tracing::warn!(run_id, attempt, error = %e, "reel: background delivery failed");
-                        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                        tokio::time::sleep(Duration::from_millis(50 << attempt.min(5))).await;
+                        attempt += 1;
                     }
                 }
             }

@@ -71,6 +71,14 @@ impl RunHost for Core {
         Core::record_crash(self, run_id, message);
     }
 
+    fn record_store_failure(&self, run_id: &Arc<str>, message: String) {
+        Core::record_crash(self, run_id, message);
+        self.store_crashes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.clone());
+    }
+
     fn park_unreadable_log<'a>(
         &'a self,
         run_id: &'a str,

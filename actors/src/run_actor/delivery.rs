@@ -63,9 +63,14 @@ impl RunActor {
                     self.journal
                         .append_with(Vec::new(), None, vec![entry], false)
                         .await?;
-                    if fired {
+                    if fired || !created {
                         // Recorded by a delivery whose answer was lost: make sure an
-                        // execution sees it. A cancelled timer wakes nothing.
+                        // execution sees it. Not created: scheduled by an append
+                        // that never landed (the store failed under it), whose
+                        // execution stopped with its actor; this actor may be a
+                        // fresh one with none under way, and the run would wait for
+                        // nothing. A new execution schedules the timer again. A
+                        // cancelled timer wakes nothing.
                         self.begin(&me, false).await;
                     }
                     return Ok(());

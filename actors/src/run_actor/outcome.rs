@@ -151,6 +151,11 @@ impl Message<ExecReport> for RunActor {
                 self.host.record_crash(&self.run_id, message.clone());
                 panic!("reel: run `{}` crashed: {message}", self.run_id);
             }
+            Outcome::Unstored(message) => {
+                self.host
+                    .record_store_failure(&self.run_id, message.clone());
+                panic!("reel: run `{}` crashed: {message}", self.run_id);
+            }
             Outcome::Disowned => Err(ActorError::Storage(StorageError::NotOwner {
                 run_id: self.run_id.to_string(),
                 partition: reel_storage::partition_of(&self.run_id),
@@ -167,8 +172,13 @@ impl Message<ExecReport> for RunActor {
         }
         if let Err(e) = result {
             // The final write failed (disk full?): crash so the supervisor restarts the
-            // run from what is on disk, and parks it if this keeps happening.
-            self.host.record_crash(&self.run_id, e.to_string());
+            // run from what is on disk, and parks it if this keeps happening (or, on
+            // a store whose outages pass, resumes it once the store answers).
+            if matches!(e, ActorError::Storage(StorageError::Io(_))) {
+                self.host.record_store_failure(&self.run_id, e.to_string());
+            } else {
+                self.host.record_crash(&self.run_id, e.to_string());
+            }
             panic!("reel: run `{}` could not record its end: {e}", self.run_id);
         }
         self.track();

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod hosts;
+pub mod outage;
 pub mod shared_clock;
 
 /// The command that installs the server binaries on Debian and Ubuntu.
