@@ -211,7 +211,7 @@ impl Core {
 
     /// Resumes the run once the store answers again, retrying with backoff until
     /// it does or the host closes; one task per run.
-    fn resume_later(&self, run_id: Arc<str>) {
+    pub(super) fn resume_later(&self, run_id: Arc<str>) {
         let Some(core) = self.me.upgrade() else {
             return;
         };

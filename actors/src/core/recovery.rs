@@ -202,8 +202,19 @@ impl Core {
                     let weak = weak.clone();
                     async move {
                         let Some(core) = weak.upgrade() else { return };
-                        if let Err(e) = core.deliver(&run_id, Resume).await {
-                            tracing::warn!(run_id, error = %e, "reel: recovery could not resume run");
+                        match core.deliver(&run_id, Resume).await {
+                            Ok(()) => {}
+                            // The store could not be reached (a database away for a
+                            // while): the run is resumed once it answers.
+                            Err(
+                                ActorError::Storage(StorageError::Io(_))
+                                | ActorError::Unavailable { .. },
+                            ) if core.store.outages_pass() => {
+                                core.resume_later(run_id.into());
+                            }
+                            Err(e) => {
+                                tracing::warn!(run_id, error = %e, "reel: recovery could not resume run");
+                            }
                         }
                     }
                 })
