@@ -29,7 +29,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use fjall::{Database, Keyspace, PersistMode, Slice};
+use fjall::{Database, Keyspace, PersistMode, Readable, Slice};
 use tokio::sync::oneshot;
 
 use crate::keys::{encode_timer_key, log_end, log_key, log_prefix, seq_of};
@@ -394,7 +394,11 @@ impl LogReader for FjallStore {
     fn read_records(&self, run_id: &str, from: u64) -> Result<Vec<Record>> {
         let ks = self.keyspaces()?;
         let mut events = Vec::new();
-        let records = ks.log.range(log_key(run_id, from)..log_end(run_id));
+        // Read in a snapshot: a keyspace's own range sees a batch committing
+        // meanwhile (a delete, an append of several records) key by key, as a gap
+        // that would read as a damaged log.
+        let snapshot = ks.db.snapshot();
+        let records = snapshot.range(&ks.log, log_key(run_id, from)..log_end(run_id));
         for (next, guard) in (from..).zip(records) {
             let (key, value) = guard.into_inner()?;
             let seq = seq_of(run_id, &key)?;

@@ -123,6 +123,11 @@ impl Core {
         let store = self.store.clone();
         let (id, start) = (run_id.to_owned(), meta.segment_start);
         let records = blocking(move || store.read_records(&id, start)).await?;
+        if records.is_empty() {
+            // Deleted since its record was read (a known run's segment always
+            // holds its `RunStarted`): there is no log left to fork.
+            return Err(ActorError::UnknownRun(run_id.to_owned()));
+        }
         let events: Vec<(u64, &Event)> = records.iter().map(|r| (r.seq, &r.event)).collect();
         check_cut(meta.segment_start, &events, at_seq).map_err(|reason| {
             ActorError::InvalidCut {
