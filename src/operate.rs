@@ -24,8 +24,9 @@ impl AnyRun {
     ///
     /// # Errors
     /// [`Error::InvalidState`] for a finished or parked run (retry a parked run
-    /// with [`AnyRun::retry`]), [`Error::UnknownRun`], [`Error::Storage`],
-    /// [`Error::Shutdown`].
+    /// with [`AnyRun::retry`]) and for a run asked to cancel (it is ending: its
+    /// cleanup goes on; [`AnyRun::terminate`] ends it at once),
+    /// [`Error::UnknownRun`], [`Error::Storage`], [`Error::Shutdown`].
     pub async fn pause(&self) -> Result<()> {
         Ok(self.core()?.pause(&self.run_id, PAUSED_BY_OPERATOR).await?)
     }

@@ -22,7 +22,7 @@ impl Core {
     ///
     /// # Errors
     /// [`ActorError::UnknownRun`]; [`ActorError::InvalidState`] for a finished or
-    /// parked run; storage errors.
+    /// parked run and for a run asked to cancel (the actor checks); storage errors.
     pub async fn pause(&self, run_id: &str, reason: &str) -> Result<(), ActorError> {
         self.check_open()?;
         let meta = self.known(run_id).await?;

@@ -7,7 +7,8 @@
 //! execution begins until the run is resumed. Wake-ups are appended as usual
 //! (`append_wake` leaves a paused run paused); the execution that begins on resume
 //! replays them in log order. A cancel of a paused run ends it at once (it cannot
-//! run cleanup), as for a parked run.
+//! run cleanup), as for a parked run; a run already asked to cancel cannot be
+//! paused (its cleanup goes on).
 
 use kameo::message::{Context, Message};
 use reel_storage::RunState;
@@ -51,6 +52,11 @@ impl Message<Pause> for RunActor {
             RunState::Paused { .. } => return Ok(()),
             RunState::Running | RunState::Suspended { .. } => {}
             _ => return Err(self.refuse("pause")),
+        }
+        if self.cancel_requested().is_some() {
+            // Asked to cancel, it is ending: paused, it would neither clean up nor
+            // end, and `cancel` callers would wait for the whole grace.
+            return Err(self.refuse("pause"));
         }
         self.record_state(RunState::Paused { reason: p.reason })
             .await?;
