@@ -417,7 +417,9 @@ impl LogReader for FjallStore {
     fn log_size(&self, run_id: &str, from: u64) -> Result<LogSize> {
         let ks = self.keyspaces()?;
         let mut size = LogSize::default();
-        for guard in ks.log.range(log_key(run_id, from)..log_end(run_id)) {
+        // In a snapshot, as `read_records`: a committing batch whole or not at all.
+        let snapshot = ks.db.snapshot();
+        for guard in snapshot.range(&ks.log, log_key(run_id, from)..log_end(run_id)) {
             let (key, value) = guard.into_inner()?;
             size.events += 1;
             size.bytes += (key.len() + value.len()) as u64;
@@ -427,7 +429,9 @@ impl LogReader for FjallStore {
 
     fn last_event(&self, run_id: &str) -> Result<Option<(u64, Event)>> {
         let ks = self.keyspaces()?;
-        let Some(guard) = ks.log.prefix(log_prefix(run_id)).next_back() else {
+        // In a snapshot, as `read_records`: a committing batch whole or not at all.
+        let snapshot = ks.db.snapshot();
+        let Some(guard) = snapshot.prefix(&ks.log, log_prefix(run_id)).next_back() else {
             return Ok(None);
         };
         let (key, value) = guard.into_inner()?;
