@@ -10,6 +10,7 @@ pub mod counting;
 pub mod counts;
 pub mod hosts;
 pub mod kill;
+pub mod log_checks;
 pub mod replay;
 pub mod schedules;
 pub mod status;
