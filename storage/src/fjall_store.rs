@@ -451,8 +451,11 @@ impl LogReader for FjallStore {
 impl MetaReader for FjallStore {
     fn get_run(&self, run_id: &str) -> Result<Option<RunMeta>> {
         let ks = self.keyspaces()?;
-        ks.runs
-            .get(run_id)?
+        // In a snapshot, as the log's reads: a batch under way is seen whole or
+        // not at all, so a run's metadata is never newer than the log read after it.
+        ks.db
+            .snapshot()
+            .get(&ks.runs, run_id)?
             .map(|v| decode_meta("runs", run_id.as_bytes(), &v))
             .transpose()
     }
