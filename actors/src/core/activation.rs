@@ -209,6 +209,16 @@ impl Core {
         });
     }
 
+    /// Whether `e` is the store being unreachable (an I/O error, or no answer)
+    /// on a store whose outages pass: what meets it waits for the store instead
+    /// of giving up.
+    pub(super) fn passing_outage(&self, e: &ActorError) -> bool {
+        matches!(
+            e,
+            ActorError::Storage(StorageError::Io(_)) | ActorError::Unavailable { .. }
+        ) && self.store.outages_pass()
+    }
+
     /// Resumes the run once the store answers again, retrying with backoff until
     /// it does or the host closes; one task per run.
     pub(super) fn resume_later(&self, run_id: Arc<str>) {

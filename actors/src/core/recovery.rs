@@ -206,10 +206,7 @@ impl Core {
                             Ok(()) => {}
                             // The store could not be reached (a database away for a
                             // while): the run is resumed once it answers.
-                            Err(
-                                ActorError::Storage(StorageError::Io(_))
-                                | ActorError::Unavailable { .. },
-                            ) if core.store.outages_pass() => {
+                            Err(e) if core.passing_outage(&e) => {
                                 core.resume_later(run_id.into());
                             }
                             Err(e) => {

@@ -35,14 +35,7 @@ impl Core {
                 match outcome {
                     Ok(()) | Err(ActorError::Shutdown | ActorError::RunFinished(_)) => return,
                     Err(e) => {
-                        let of_the_store = matches!(
-                            e,
-                            ActorError::Storage(StorageError::Io(_))
-                                | ActorError::Unavailable { .. }
-                        );
-                        if attempt >= 5 && !(of_the_store && core.store.outages_pass())
-                            || core.is_closing()
-                        {
+                        if attempt >= 5 && !core.passing_outage(&e) || core.is_closing() {
                             return;
                         }
                         tracing::warn!(run_id, attempt, error = %e, "reel: background delivery failed");
