@@ -15,10 +15,12 @@ impl Core {
     /// [`ActorError::UnknownRun`], storage errors (a corrupt record names its run and
     /// sequence).
     pub async fn events(&self, run_id: &str) -> Result<Vec<Event>, ActorError> {
-        self.known(run_id).await?;
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        Ok(blocking(move || store.read_log(&id)).await?)
+        Ok(self
+            .records(run_id)
+            .await?
+            .into_iter()
+            .map(|r| r.event)
+            .collect())
     }
 
     /// A watch on `run_id`'s log: [`LogWatch::changed`] returns each time records
@@ -50,7 +52,13 @@ impl Core {
         self.known(run_id).await?;
         let store = self.store.clone();
         let id = run_id.to_owned();
-        Ok(blocking(move || store.read_records(&id, 0)).await?)
+        let records = blocking(move || store.read_records(&id, 0)).await?;
+        // A run's log holds its `RunStarted` from its first write on, so an empty
+        // one was deleted between the two reads: the run is gone, not empty.
+        if records.is_empty() {
+            self.known(run_id).await?;
+        }
+        Ok(records)
     }
 
     /// How many events and bytes a run's log holds from sequence number `from` on.
