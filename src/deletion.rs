@@ -30,7 +30,9 @@ impl Host {
     /// when no more of that kind are due, or when the pass has read eight times
     /// `per_pass` runs that are not due yet (created before the cutoff, ended
     /// after it), where the next pass goes on. The background pass does the same every
-    /// [`Retention::every`](crate::Retention).
+    /// [`Retention::every`](crate::Retention); on a store shared by several hosts,
+    /// one of them passes at a time (the one leasing the partition of the key
+    /// `reel.retention`), while this call passes on whichever host it is made.
     ///
     /// # Errors
     /// [`Error::Storage`](crate::Error::Storage), [`Error::Shutdown`](crate::Error::Shutdown).

@@ -12,6 +12,10 @@ use crate::retention::Retention;
 /// compacts the whole store.
 const RECLAIM_EVERY: Duration = Duration::from_secs(3600);
 
+/// The key whose partition's lease holder runs the background retention passes of
+/// hosts sharing a store (hashed like a run id).
+const RETENTION_LEAD: &str = "reel.retention";
+
 /// How many times `per_pass` runs of a kind one retention pass examines at most:
 /// runs created before the cutoff that ended after it are read and passed over,
 /// and a service of long-lived runs may hold many of them.
@@ -185,6 +189,9 @@ impl Core {
     /// Runs retention passes every `policy.every` until the host shuts down. A
     /// bare task holding the core weakly: it ends at the first tick after the core
     /// is gone or closing, and a failed pass is logged and tried at the next tick.
+    /// On a store shared by several hosts, only the host that leases
+    /// [`RETENTION_LEAD`]'s partition passes at a tick (each pass reads the whole
+    /// listing: N hosts passing would do N times the work to delete the same runs).
     pub(crate) fn spawn_retention(self: &Arc<Core>, policy: Retention) {
         if !policy.deletes() {
             return;
@@ -197,6 +204,10 @@ impl Core {
                 let Some(core) = weak.upgrade() else { return };
                 if core.check_open().is_err() {
                     return;
+                }
+                // On a shared store one host passes: the one leasing the pass's key.
+                if !core.leads(RETENTION_LEAD) {
+                    continue;
                 }
                 match core.enforce_retention(core.options.clock.now_ms()).await {
                     Ok(0) => {}
