@@ -294,8 +294,11 @@ impl Host {
         let _lock = scheduler.lock().await;
         let store = self.core().store().clone();
         let key = id.to_owned();
-        if blocking(move || store.get_schedule(&key)).await?.is_none() {
-            return Err(Error::UnknownSchedule(id.to_owned()));
+        // A record that does not decode is there: deleting it removes the damage.
+        match blocking(move || Ok(store.get_schedule(&key))).await? {
+            Ok(Some(_)) | Err(reel_storage::StorageError::CorruptRecord(_)) => {}
+            Ok(None) => return Err(Error::UnknownSchedule(id.to_owned())),
+            Err(e) => return Err(e.into()),
         }
         let store = self.core().store().clone();
         let key = id.to_owned();
@@ -304,18 +307,27 @@ impl Host {
         Ok(())
     }
 
-    /// Every schedule, by id, with its next fire time.
+    /// Every schedule, by id, with its next fire time. A schedule whose record
+    /// this build cannot read (damaged, or written by a newer reel) is left out and
+    /// logged: it harms no other; [`Host::delete_schedule`] removes it.
     ///
     /// # Errors
-    /// [`Error::Storage`], [`Error::Codec`] for a record this build cannot read.
+    /// [`Error::Storage`].
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
         let store = self.core().store().clone();
         let records = blocking(move || store.list_schedules()).await?;
-        records
+        Ok(records
             .into_iter()
-            .map(|r| {
-                Ok(ScheduleInfo {
-                    spec: ScheduleSpec::decode(&r.spec)?,
+            .filter_map(|r| {
+                let spec = match ScheduleSpec::decode(&r.spec) {
+                    Ok(spec) => spec,
+                    Err(e) => {
+                        tracing::error!(schedule = %r.id, error = %e, "reel: unreadable schedule left out");
+                        return None;
+                    }
+                };
+                Some(ScheduleInfo {
+                    spec,
                     next_fire: (!r.paused && r.next_fire != u64::MAX).then(|| from_ms(r.next_fire)),
                     id: r.id,
                     workflow: r.workflow,
@@ -323,7 +335,7 @@ impl Host {
                     last_run: r.last_run,
                 })
             })
-            .collect()
+            .collect())
     }
 
     /// A new record for `id` (checked: id, spec, workflow), firing first after now.

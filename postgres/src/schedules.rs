@@ -83,9 +83,9 @@ impl ScheduleStore for PgStore {
                 .query("SELECT id, record FROM reel_schedules ORDER BY id", &[])
                 .await
                 .map_err(|e| pg_err(&e))?;
-            rows.iter()
-                .map(|r| ScheduleRecord::decode(r.get(0), r.get(1)))
-                .collect()
+            Ok(ScheduleRecord::decode_listed(
+                rows.iter().map(|r| (r.get(0), r.get(1))),
+            ))
         })
     }
 }

@@ -11,7 +11,8 @@ use crate::Failure;
 /// report it here instead of failing as a whole, so every other run still resumes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CorruptRecord {
-    /// The keyspace holding it: `log`, `runs`, `active` or `timers`.
+    /// The keyspace holding it: `log`, `runs`, `active`, `timers`, `listing` or
+    /// `schedules`.
     pub keyspace: String,
     /// The run it belongs to, when the key still names one.
     pub run_id: Option<String>,

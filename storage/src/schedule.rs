@@ -48,10 +48,35 @@ impl ScheduleRecord {
     /// Reads a record back.
     ///
     /// # Errors
-    /// [`StorageError::Io`] naming the schedule when the bytes do not decode.
+    /// [`StorageError::CorruptRecord`] in keyspace `schedules`, keyed by the
+    /// schedule's id, when the bytes do not decode.
     pub fn decode(id: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
-        rmp_serde::from_slice(bytes)
-            .map_err(|e| StorageError::Io(format!("schedule `{id}` does not decode: {e}")))
+        rmp_serde::from_slice(bytes).map_err(|e| {
+            StorageError::CorruptRecord(crate::CorruptRecord {
+                keyspace: "schedules".to_owned(),
+                run_id: None,
+                seq: None,
+                key: id.as_bytes().to_vec(),
+                reason: format!("schedule `{id}` does not decode: {e}"),
+            })
+        })
+    }
+
+    /// Decodes the records of a listing, leaving out (and logging) those that do
+    /// not decode: one damaged schedule must not hide or stop the others.
+    pub fn decode_listed<'a>(
+        records: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    ) -> Vec<ScheduleRecord> {
+        records
+            .into_iter()
+            .filter_map(|(id, bytes)| match ScheduleRecord::decode(id, bytes) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::error!(schedule = id, error = %e, "reel: unreadable schedule left out");
+                    None
+                }
+            })
+            .collect()
     }
 }
 
@@ -90,9 +115,12 @@ pub trait ScheduleStore: Send + Sync {
     /// I/O, [`StorageError::Closed`].
     fn delete_schedule(&self, id: &str) -> Result<()>;
 
-    /// Every schedule, ordered by id.
+    /// Every schedule, ordered by id. A record that does not decode is left out
+    /// (and logged, [`ScheduleRecord::decode_listed`]): it harms only its own
+    /// schedule, which [`ScheduleStore::get_schedule`] reports and
+    /// [`ScheduleStore::delete_schedule`] removes.
     ///
     /// # Errors
-    /// I/O, or a record that does not decode.
+    /// I/O, [`StorageError::Closed`].
     fn list_schedules(&self) -> Result<Vec<ScheduleRecord>>;
 }

@@ -46,15 +46,14 @@ impl ScheduleStore for FjallStore {
 
     fn list_schedules(&self) -> Result<Vec<ScheduleRecord>> {
         let ks = self.keyspaces()?;
-        let mut out = Vec::new();
+        let mut raw = Vec::new();
         for kv in ks.schedules.iter() {
             let (key, value) = kv.into_inner()?;
-            out.push(ScheduleRecord::decode(
-                &String::from_utf8_lossy(&key),
-                &value,
-            )?);
+            raw.push((String::from_utf8_lossy(&key).into_owned(), value));
         }
-        Ok(out)
+        Ok(ScheduleRecord::decode_listed(
+            raw.iter().map(|(id, v)| (id.as_str(), &v[..])),
+        ))
     }
 }
 
