@@ -97,6 +97,9 @@ pub(super) struct ListingWriter {
     /// its record nor decodes it. Bounded: emptied past `KNOWN_LIMIT`.
     known: HashMap<String, Option<Listed>>,
     before: [u64; StatusKind::ALL.len()],
+    /// Counts found damaged on open and counted again: written with the next
+    /// batch that commits.
+    repaired: [bool; StatusKind::ALL.len()],
 }
 
 /// Runs whose committed index entries the writer remembers.
@@ -104,16 +107,22 @@ const KNOWN_LIMIT: usize = 16_384;
 
 impl ListingWriter {
     /// Reads the counts left by the last commit.
+    /// A damaged count is counted again and written back with the next batch.
     pub(super) fn open(ks: &Keyspaces) -> Result<ListingWriter> {
+        let snapshot = ks.db.snapshot();
         let mut counts = [0; StatusKind::ALL.len()];
+        let mut repaired = [false; StatusKind::ALL.len()];
         for (i, kind) in StatusKind::ALL.iter().enumerate() {
-            counts[i] = count_of(ks.listing.get(count_key(*kind))?);
+            let (count, sound) = stored_count(&snapshot, &ks.listing, *kind)?;
+            counts[i] = count;
+            repaired[i] = !sound;
         }
         Ok(ListingWriter {
             counts,
             written: HashMap::new(),
             known: HashMap::new(),
             before: counts,
+            repaired,
         })
     }
 
@@ -215,7 +224,7 @@ impl ListingWriter {
     /// Adds the changed counts to `batch`; call once per batch, before committing.
     pub(super) fn finish(&mut self, ks: &Keyspaces, batch: &mut OwnedWriteBatch) {
         for (i, kind) in StatusKind::ALL.iter().enumerate() {
-            if self.counts[i] != self.before[i] {
+            if self.counts[i] != self.before[i] || self.repaired[i] {
                 batch.insert(&ks.listing, count_key(*kind), self.counts[i].to_be_bytes());
             }
         }
@@ -227,6 +236,7 @@ impl ListingWriter {
     pub(super) fn committed(&mut self, ok: bool) {
         if ok {
             self.before = self.counts;
+            self.repaired = [false; StatusKind::ALL.len()];
             if self.known.len() + self.written.len() > KNOWN_LIMIT {
                 self.known.clear();
             }
@@ -239,11 +249,27 @@ impl ListingWriter {
     }
 }
 
-/// A count as stored (none: 0).
-fn count_of(stored: Option<fjall::Slice>) -> u64 {
-    stored
-        .and_then(|v| <[u8; 8]>::try_from(&*v).ok())
-        .map_or(0, u64::from_be_bytes)
+/// A status count as stored in `snapshot` (none: 0). A damaged one is not read
+/// as a number: it is counted again from the status index, which holds one entry
+/// per run of that status (the flag is then false).
+fn stored_count(snapshot: &Snapshot, listing: &Keyspace, kind: StatusKind) -> Result<(u64, bool)> {
+    let Some(v) = snapshot.get(listing, count_key(kind))? else {
+        return Ok((0, true));
+    };
+    if let Ok(bytes) = <[u8; 8]>::try_from(&*v) {
+        return Ok((u64::from_be_bytes(bytes), true));
+    }
+    let mut runs = 0u64;
+    for g in snapshot.prefix(listing, status_prefix(kind)) {
+        g.key()?;
+        runs += 1;
+    }
+    tracing::warn!(
+        status = ?kind,
+        runs,
+        "reel: a damaged status count was counted again from the status index"
+    );
+    Ok((runs, false))
 }
 
 /// The counts per status, all as of one moment (the writer changes two of
@@ -252,7 +278,7 @@ pub(super) fn counts(ks: &Keyspaces) -> Result<BTreeMap<StatusKind, u64>> {
     let snapshot = ks.db.snapshot();
     let mut counts = BTreeMap::new();
     for kind in StatusKind::ALL {
-        counts.insert(kind, count_of(snapshot.get(&ks.listing, count_key(kind))?));
+        counts.insert(kind, stored_count(&snapshot, &ks.listing, kind)?.0);
     }
     Ok(counts)
 }
@@ -359,7 +385,13 @@ fn positions(snapshot: &Snapshot, listing: &Keyspace, prefix: Vec<u8>, q: &RunQu
 }
 
 fn bad_key(k: &[u8]) -> StorageError {
-    StorageError::Io(format!("malformed listing index key {k:?}"))
+    StorageError::CorruptRecord(crate::CorruptRecord {
+        keyspace: "listing".to_owned(),
+        run_id: None,
+        seq: None,
+        key: k.to_vec(),
+        reason: "malformed index key".to_owned(),
+    })
 }
 
 /// The first key past every key starting with `prefix`.
@@ -399,8 +431,16 @@ pub(super) fn page(ks: &Keyspaces, q: &RunQuery) -> Result<MetaPage> {
     let mut examined = 0usize;
     let mut last: Option<ListCursor> = None;
     loop {
-        let Some(position) = next_position(&mut sources, q)? else {
-            return Ok(page);
+        let position = match next_position(&mut sources, q) {
+            Ok(Some(position)) => position,
+            Ok(None) => return Ok(page),
+            // A damaged index entry names no run it could stand for (the run's
+            // own entries and record are read as usual): it is left out.
+            Err(StorageError::CorruptRecord(bad)) => {
+                tracing::warn!(error = %bad, "reel: damaged listing index entry left out");
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         if page.items.len() == limit {
             // There is more: the next page starts after the last row.
