@@ -111,7 +111,8 @@ impl Core {
     /// until it gets 0 leaves none behind unless that many not yet due lie between.
     ///
     /// # Errors
-    /// Storage errors; a run deleted or changed meanwhile is skipped.
+    /// Storage errors; a run deleted or changed meanwhile is skipped, and so is a
+    /// run whose records are damaged (logged).
     pub async fn enforce_retention(&self, now_ms: u64) -> Result<usize, ActorError> {
         let policy = &self.options.retention;
         let mut deleted = 0;
@@ -153,6 +154,15 @@ impl Core {
                     match self.delete_run(&meta.run_id, Some(meta.created_at)).await {
                         Ok(()) => of_kind += 1,
                         Err(ActorError::UnknownRun(_) | ActorError::InvalidState { .. }) => {}
+                        // A damaged run is left for an operator to look at; the
+                        // pass goes on with the others.
+                        Err(ActorError::Storage(e)) if e.corruption().is_some() => {
+                            tracing::warn!(
+                                run_id = %meta.run_id,
+                                error = %e,
+                                "reel: retention passed over a damaged run"
+                            );
+                        }
                         Err(e) => return Err(e),
                     }
                 }
