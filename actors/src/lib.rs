@@ -38,7 +38,9 @@
 //!   run, `run_actor::cancel` carries out cancel requests and the host's deadlines
 //!   (graceful, then hard after the grace), `run_actor::segment` ends a log segment
 //!   and begins the next when the handler continues as new, `run_actor::fresh` a
-//!   new run as its first write left it (its first execution included).
+//!   new run as its first write left it (its first execution included),
+//!   `run_actor::messages` the messages it takes from outside (a run whose log
+//!   cannot be read takes only a cancel).
 //! - `core`: [`Core`] at the top: `core::recovery` (start-up), `core::activation`
 //!   (live-run map, supervisors), `core::routing` (deliveries, wake-ups),
 //!   `core::parking`, `core::waiters`, `core::published`, `core::children`

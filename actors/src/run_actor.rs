@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
 use kameo::error::{ActorStopReason, PanicError};
-use kameo::message::{Context, Message};
+use kameo::message::Context;
 use reel_storage::{Event, Failure, RunMeta, RunState, StorageError, Store, TimerEntry};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
@@ -27,7 +27,7 @@ use crate::engine::{Engine, Execution, Outcome, Registry};
 use crate::error::ActorError;
 use crate::host::RunHost;
 use crate::journal::Journal;
-use crate::message::{Delivery, HandBack, Resume, StopRun};
+use crate::message::Resume;
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::services::Services;
@@ -37,6 +37,7 @@ mod cancel;
 mod delivery;
 mod fresh;
 mod letters;
+mod messages;
 mod outcome;
 mod pause;
 mod segment;
@@ -531,83 +532,5 @@ impl RunActor {
     /// The children the run waits on that have not ended (detached ones excluded).
     fn unfinished_children(&self) -> Vec<String> {
         self.journal.with_index(|i| i.unfinished_children())
-    }
-}
-
-impl Message<Resume> for RunActor {
-    type Reply = Result<(), ActorError>;
-
-    async fn handle(&mut self, _: Resume, ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
-        self.check_usable()?;
-        let me = ctx.actor_ref().clone();
-        self.begin(&me, true).await;
-        self.settle(&me);
-        self.track();
-        Ok(())
-    }
-}
-
-impl Message<Delivery> for RunActor {
-    type Reply = Result<(), ActorError>;
-
-    async fn handle(&mut self, d: Delivery, ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
-        self.check_usable()?;
-        let result = self.deliver(d, ctx).await;
-        if let Err(ActorError::Storage(e)) = &result {
-            // The journal may now hold events that never reached the disk: retire, so
-            // the next message activates a fresh actor from what is really stored.
-            tracing::warn!(run_id = %self.run_id, error = %e, "reel: append failed; reloading the run from disk");
-            if !self.retired {
-                self.retire(ctx).await;
-            }
-        } else if !self.retired {
-            self.settle(ctx.actor_ref());
-        }
-        self.track();
-        result
-    }
-}
-
-impl Message<Passivate> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, Passivate(idle): Passivate, ctx: &mut Context<Self, ()>) {
-        let busy = self.exec.is_some() && !self.suspended;
-        if idle != self.idle_generation || busy || self.retired {
-            return;
-        }
-        tracing::debug!(run_id = %self.run_id, "reel: passivating run");
-        self.retire(ctx).await;
-    }
-}
-
-impl Message<HandBack> for RunActor {
-    type Reply = ();
-
-    async fn handle(&mut self, _: HandBack, ctx: &mut Context<Self, ()>) {
-        if self.retired {
-            return;
-        }
-        self.leaving = true;
-        if self.exec.is_none() || self.suspended {
-            // It only waits: nothing to let finish.
-            self.retire(ctx).await;
-            return;
-        }
-        // As for a pause, but in memory only: the execution walks no more of the
-        // log, lets the step bodies under way record their results, and reports
-        // `Outcome::Paused`, on which the actor stops.
-        self.journal.set_paused(true);
-    }
-}
-
-impl Message<StopRun> for RunActor {
-    type Reply = Result<(), ActorError>;
-
-    async fn handle(&mut self, _: StopRun, ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
-        self.abort_execution();
-        self.retired = true;
-        ctx.stop();
-        Ok(())
     }
 }

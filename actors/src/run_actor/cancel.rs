@@ -11,14 +11,16 @@
 //! (still waiting on its queue, parked, paused), cancels it at once. Unfinished children that the run waits
 //! on are cancelled the same way; detached children are not.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kameo::message::Context;
 use reel_storage::{Event, RunState, TimerEntry};
 
 use super::RunActor;
+use crate::blocking::blocking;
 use crate::error::ActorError;
-use crate::journal::{CANCEL_DEADLINE, RUN_DEADLINE};
+use crate::journal::{CANCEL_DEADLINE, Journal, RUN_DEADLINE};
 use crate::message::Delivery;
 
 impl RunActor {
@@ -46,6 +48,60 @@ impl RunActor {
         }
         self.request_cancel(reason, Vec::new(), Vec::new(), ctx)
             .await
+    }
+
+    /// The reason of `d` if it is a cancel that a run whose log cannot be read
+    /// takes (it takes no other message): from outside, or from its own parent.
+    pub(super) fn cancel_while_unreadable(&self, d: &Delivery) -> Option<String> {
+        let Delivery::Cancel {
+            reason,
+            from_parent,
+            ..
+        } = d
+        else {
+            return None;
+        };
+        let parent = self.meta.parent.as_ref().map(|p| p.run_id.as_str());
+        let from_own = from_parent.is_none() || from_parent.as_deref() == parent;
+        (self.broken.is_some() && !self.retired && !self.leaving && from_own)
+            .then(|| reason.clone())
+    }
+
+    /// A cancel of a run parked because its log cannot be read: nothing of it can
+    /// execute, so it ends cancelled at once, its `CancelRequested` and
+    /// `RunCancelled` appended after the records there are (their keys still tell
+    /// where the log ends), and it can then be deleted. What its log held (its
+    /// children, its timers) is not known: children are not cancelled, and a
+    /// timer of the finished run is dropped when it fires. A log whose end cannot
+    /// be read either refuses the cancel, as every other message.
+    pub(super) async fn cancel_unreadable(
+        &mut self,
+        reason: String,
+        ctx: &mut Context<Self, Result<(), ActorError>>,
+    ) -> Result<(), ActorError> {
+        let Some(broken) = self.broken.clone() else {
+            return Ok(());
+        };
+        let store = self.store.clone();
+        let id = self.run_id.to_string();
+        let next =
+            blocking(move || store.next_seq(&id))
+                .await
+                .map_err(|e| ActorError::Unavailable {
+                    run_id: self.run_id.to_string(),
+                    reason: format!("{broken}; where its log ends cannot be read either: {e}"),
+                })?;
+        self.journal = Journal::new(
+            self.run_id.clone(),
+            self.store.clone(),
+            self.options.clock.clone(),
+            Arc::downgrade(&self.host),
+            Vec::new(),
+            next,
+        );
+        self.broken = None;
+        tracing::warn!(run_id = %self.run_id, %reason, "reel: run with an unreadable log cancelled");
+        self.cancel_hard(reason, ctx).await
     }
 
     /// Whether the run can execute a graceful cancel's cleanup: not parked, paused
