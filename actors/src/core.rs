@@ -358,6 +358,10 @@ impl Core {
     }
 
     pub(crate) fn schedule_timers(&self, timers: Vec<TimerEntry>) {
+        // Most starts and appends add none: no message, no wake of the service.
+        if timers.is_empty() {
+            return;
+        }
         let busy = self.activity.enter();
         let _ = self.timers.tell(AddTimers(timers, busy)).try_send();
     }
