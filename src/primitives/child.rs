@@ -23,7 +23,6 @@ use crate::{Ctx, Error, Result, Workflow};
 struct Called {
     id: String,
     opened: Result<Opened>,
-    input: Result<Payload>,
 }
 
 impl Ctx {
@@ -49,13 +48,18 @@ impl Ctx {
         if let Some(e) = self.refused() {
             return Either::Left(std::future::ready(Err(e)));
         }
+        // An input that does not encode is refused before the call is matched
+        // against the log: nothing is recorded, so no replay may expect it.
+        let input = match encode(&input) {
+            Ok(input) => input,
+            Err(e) => return Either::Left(std::future::ready(Err(e))),
+        };
         let child_run_id = child_run_id.to_owned();
-        let called = self.call_child::<W>(false, &child_run_id, &input);
+        let called = self.call_child::<W>(false, &child_run_id, input);
         let wait = self.slot(Key::Child(called.id.clone()), None);
         let ctx = self.clone();
         Either::Right(async move {
             let opened = called.opened?;
-            called.input?;
             if opened == Opened::New && !ctx.live() {
                 return ctx.frontier(format!("child `{child_run_id}`")).await;
             }
@@ -89,13 +93,17 @@ impl Ctx {
         if let Some(e) = self.refused() {
             return Either::Left(std::future::ready(Err(e)));
         }
+        // As for `child`: refused before the call is matched against the log.
+        let input = match encode(&input) {
+            Ok(input) => input,
+            Err(e) => return Either::Left(std::future::ready(Err(e))),
+        };
         let child_run_id = child_run_id.to_owned();
-        let called = self.call_child::<W>(true, &child_run_id, &input);
+        let called = self.call_child::<W>(true, &child_run_id, input);
         let wait = self.slot(Key::Child(called.id.clone()), None);
         let ctx = self.clone();
         Either::Right(async move {
             let opened = called.opened?;
-            called.input?;
             if opened == Opened::New && !ctx.live() {
                 return ctx
                     .frontier(format!("detached child `{child_run_id}`"))
@@ -119,9 +127,8 @@ impl Ctx {
         &self,
         detached: bool,
         child_run_id: &str,
-        input: &W::Input,
+        input: Payload,
     ) -> Called {
-        let input = encode(input);
         let (id, opened, done) = {
             let mut st = self.lock();
             let id = st
@@ -151,7 +158,7 @@ impl Ctx {
             let done = st.replay.child_done(&id);
             (id, opened, done)
         };
-        if let (Ok(opened), Ok(input)) = (&opened, &input) {
+        if let Ok(opened) = &opened {
             if *opened == Opened::New {
                 self.record(
                     vec![Event::ChildStarted {
@@ -164,10 +171,10 @@ impl Ctx {
                 );
             }
             if !done {
-                self.queue_start::<W>(&id, child_run_id, input.clone());
+                self.queue_start::<W>(&id, child_run_id, input);
             }
         }
-        Called { id, opened, input }
+        Called { id, opened }
     }
 
     /// Queues the child's start (and, for a waited-for child, the subscription to

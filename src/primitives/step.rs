@@ -93,7 +93,10 @@ impl Ctx {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Step`], [`Error::Codec`] when the output does not (de)serialize,
+    /// [`Error::Step`] (also when the body's output does not serialize: the body
+    /// has run, so that attempt is recorded as failed for good, its message naming
+    /// the codec error), [`Error::Codec`] when a recorded output does not
+    /// deserialize into `T` (the run parks until code that reads it is deployed),
     /// [`Error::Cancelled`] when the run is asked to cancel (a running body is then
     /// dropped, unless the step was called through [`Ctx::shielded`]),
     /// [`Error::ReplayDivergence`], [`Error::Storage`].
