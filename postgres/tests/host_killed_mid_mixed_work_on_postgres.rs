@@ -305,19 +305,35 @@ fn host_killed_mid_mixed_work_on_postgres() {
         support::spread_leases(&url, "host-", 3, 60).await;
         std::fs::write(dir.path().join("go"), "").expect("go");
         start_half(&hosts[0], 1).await.expect("start");
-        for k in 0..SIGNALS / 2 {
-            signal_round(&hosts, k).await;
-        }
         hosts
     });
-    // The child is well into its work (steps, segments, queued jobs) when killed.
     let (mut started, mut execs, mut entered) = (false, 0, 0);
-    victim.until(Duration::from_secs(60), |line| {
+    let mut seen = |line: &str| {
         started |= line == "started";
         execs += usize::from(line.starts_with("exec host-0"));
         entered += usize::from(line.starts_with("enter "));
-        started && execs >= 25 && entered >= 1
+        (started, execs >= 25 && entered >= 1)
+    };
+    // The signals go to every waiter, the child's half too: they exist once the
+    // child says it started them.
+    let mut busy = false;
+    victim.until(Duration::from_secs(60), |line| {
+        let (started, far) = seen(line);
+        busy = started && far;
+        started
     });
+    rt.block_on(async {
+        for k in 0..SIGNALS / 2 {
+            signal_round(&hosts, k).await;
+        }
+    });
+    // The child is well into its work (steps, segments, queued jobs) when killed.
+    if !busy {
+        victim.until(Duration::from_secs(60), |line| {
+            let (started, far) = seen(line);
+            started && far
+        });
+    }
     victim.kill();
     let killed = Instant::now();
     rt.block_on(async {
