@@ -496,7 +496,7 @@ impl RunActor {
         let me = me.downgrade();
         // One message, which a stopped or busy actor ignores (the generation no
         // longer matches); past a full mailbox it is sent from a task.
-        self.passivator.later(move || {
+        let passivate = move || {
             let Some(me) = me.upgrade() else { return };
             if let Err(kameo::error::SendError::MailboxFull(msg)) =
                 me.tell(Passivate(idle)).try_send()
@@ -505,7 +505,16 @@ impl RunActor {
                     let _ = me.tell(msg).await;
                 });
             }
-        });
+        };
+        if self.meta.state.is_finished() {
+            // Activated for a late message to a finished run: it has nothing to
+            // wait for, and must not outlive that run. Deleted (by another host)
+            // and its id started again, a lingering actor of the old run would
+            // take the new run's wake-ups and do nothing with them.
+            passivate();
+        } else {
+            self.passivator.later(passivate);
+        }
     }
 
     /// Warns once per actor when the segment has grown past
