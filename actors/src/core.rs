@@ -64,6 +64,7 @@ mod routing;
 mod run_host;
 mod signal_start;
 mod starting;
+mod subscriptions;
 mod waiters;
 
 pub use queueing::QueuePlace;
@@ -114,7 +115,7 @@ pub struct Core {
     waiters: Waiters<Option<Changed>>,
     /// Callers of `wait_published`, by run: woken when a value lands or the run ends.
     publish_waiters: Waiters<()>,
-    child_subscribers: children::Subscriptions,
+    child_subscribers: subscriptions::Subscriptions,
     activations: Semaphore,
     /// Activations of new runs under way (`activation_concurrency` of them):
     /// `start` returns once the run's first write has landed and a permit is held,
@@ -383,6 +384,8 @@ impl Core {
             self.queue_ended(&entry.name, &meta.run_id);
         }
         self.notify_settled(&meta.run_id, meta, output);
+        // It waits on no child any more (see `Subscriptions::forget_parent`).
+        self.child_subscribers.forget_parent(&meta.run_id);
         let subscribers = self.child_subscribers.take(&meta.run_id);
         let parents = meta.parent.iter().cloned().chain(subscribers);
         self.notify_parents(meta, output, parents);

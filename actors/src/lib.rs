@@ -44,7 +44,8 @@
 //! - `core`: [`Core`] at the top: `core::recovery` (start-up), `core::activation`
 //!   (live-run map, supervisors), `core::routing` (deliveries, wake-ups),
 //!   `core::parking`, `core::waiters`, `core::published`, `core::children`
-//!   (child-run links, child cycles), `core::cluster` (leases, with a shared
+//!   (child-run links, child cycles), `core::subscriptions` (who waits on which
+//!   child in this host), `core::cluster` (leases, with a shared
 //!   store), `core::inbox` (mail from other hosts), `core::listing`, `core::reading` (a run's
 //!   log, records and watches), `core::queueing` (starting runs on queues and
 //!   admitting them), `core::starting` (a start, a new run's first write),

@@ -2,7 +2,6 @@
 //! and refusing a child call that would close a cycle of waiting runs.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use reel_storage::{Event, Failure, ParentLink, Payload, RunMeta, RunState};
@@ -61,97 +60,6 @@ impl Core {
             return;
         };
         core.start_or_retry(child).await;
-    }
-}
-
-/// The parents waiting on each unfinished child in this host, by child run id, and
-/// whether the child's start was seen to land for each of them. An entry leaves once
-/// the child's end has been delivered to its parent, or its start failed for good.
-#[derive(Default)]
-pub(crate) struct Subscriptions(Mutex<HashMap<String, Vec<Subscription>>>);
-
-struct Subscription {
-    link: ParentLink,
-    /// The child exists: its start (or the finding that it already existed) landed
-    /// after this subscription was made.
-    started: bool,
-    /// The child has ended and its end is on its way to the parent: the entry stays
-    /// until it is delivered, so that the parent, executing again meanwhile, does not
-    /// start the child again.
-    ended: bool,
-}
-
-impl Subscriptions {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Subscription>>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Subscribes `link` to the end of `child`. Returns whether it was subscribed
-    /// already and the child's start had landed, or its end is on its way: then
-    /// nothing more is needed.
-    fn subscribe(&self, child: &str, link: &ParentLink) -> bool {
-        let mut subs = self.lock();
-        let list = subs.entry(child.to_owned()).or_default();
-        match list.iter().find(|s| s.link == *link) {
-            Some(s) => s.started || s.ended,
-            None => {
-                list.push(Subscription {
-                    link: link.clone(),
-                    started: false,
-                    ended: false,
-                });
-                false
-            }
-        }
-    }
-
-    /// Notes that `child` exists, if `link` is still subscribed to it.
-    fn started(&self, child: &str, link: &ParentLink) {
-        if let Some(s) = self
-            .lock()
-            .get_mut(child)
-            .and_then(|list| list.iter_mut().find(|s| s.link == *link))
-        {
-            s.started = true;
-        }
-    }
-
-    fn unsubscribe(&self, child: &str, link: &ParentLink) {
-        let mut subs = self.lock();
-        if let Some(list) = subs.get_mut(child) {
-            list.retain(|s| s.link != *link);
-            if list.is_empty() {
-                subs.remove(child);
-            }
-        }
-    }
-
-    /// The runs waiting on `child`.
-    fn parents_of(&self, child: &str) -> Vec<String> {
-        self.lock()
-            .get(child)
-            .map(|list| {
-                list.iter()
-                    .filter(|s| !s.ended)
-                    .map(|s| s.link.run_id.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// `child` has ended: returns everyone subscribed to it and not yet told. Their
-    /// entries stay until the end is delivered ([`Subscriptions::unsubscribe`]).
-    pub(crate) fn take(&self, child: &str) -> Vec<ParentLink> {
-        self.lock()
-            .get_mut(child)
-            .map(|list| {
-                list.iter_mut()
-                    .filter_map(|s| {
-                        (!std::mem::replace(&mut s.ended, true)).then(|| s.link.clone())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 }
 

@@ -81,7 +81,7 @@ impl Core {
                 timers,
                 waiters: Waiters::default(),
                 publish_waiters: Waiters::default(),
-                child_subscribers: super::children::Subscriptions::default(),
+                child_subscribers: super::subscriptions::Subscriptions::default(),
                 log_watchers,
                 retention_cursors: Default::default(),
                 closing: AtomicBool::new(false),

@@ -1,0 +1,146 @@
+//! Which runs wait on which children in this host: the subscriptions a child's
+//! end is delivered to, and what a parent executing again need not start again.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+use reel_storage::ParentLink;
+
+/// The parents waiting on each unfinished child in this host, by child run id, and
+/// whether the child's start was seen to land for each of them. An entry leaves once
+/// the child's end has been delivered to its parent, its start failed for good, or
+/// the parent itself ended ([`Subscriptions::forget_parent`]).
+#[derive(Default)]
+pub(crate) struct Subscriptions(Mutex<Table>);
+
+#[derive(Default)]
+struct Table {
+    by_child: HashMap<String, Vec<Subscription>>,
+    /// The children each parent is subscribed to.
+    by_parent: HashMap<String, HashSet<String>>,
+}
+
+struct Subscription {
+    link: ParentLink,
+    /// The child exists: its start (or the finding that it already existed) landed
+    /// after this subscription was made.
+    started: bool,
+    /// The child has ended and its end is on its way to the parent: the entry stays
+    /// until it is delivered, so that the parent, executing again meanwhile, does not
+    /// start the child again.
+    ended: bool,
+}
+
+impl Subscriptions {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Subscribes `link` to the end of `child`. Returns whether it was subscribed
+    /// already and the child's start had landed, or its end is on its way: then
+    /// nothing more is needed.
+    pub(super) fn subscribe(&self, child: &str, link: &ParentLink) -> bool {
+        let mut t = self.lock();
+        let list = t.by_child.entry(child.to_owned()).or_default();
+        if let Some(s) = list.iter().find(|s| s.link == *link) {
+            return s.started || s.ended;
+        }
+        list.push(Subscription {
+            link: link.clone(),
+            started: false,
+            ended: false,
+        });
+        t.by_parent
+            .entry(link.run_id.clone())
+            .or_default()
+            .insert(child.to_owned());
+        false
+    }
+
+    /// Notes that `child` exists, if `link` is still subscribed to it.
+    pub(super) fn started(&self, child: &str, link: &ParentLink) {
+        if let Some(s) = self
+            .lock()
+            .by_child
+            .get_mut(child)
+            .and_then(|list| list.iter_mut().find(|s| s.link == *link))
+        {
+            s.started = true;
+        }
+    }
+
+    pub(super) fn unsubscribe(&self, child: &str, link: &ParentLink) {
+        let mut t = self.lock();
+        if let Some(list) = t.by_child.get_mut(child) {
+            list.retain(|s| s.link != *link);
+            let still = list.iter().any(|s| s.link.run_id == link.run_id);
+            if list.is_empty() {
+                t.by_child.remove(child);
+            }
+            if !still {
+                t.forget_child_of(&link.run_id, child);
+            }
+        }
+    }
+
+    /// `parent` has ended (it waits on nothing any more): its subscriptions go. A
+    /// subscription left behind (its child ended on another host, which told the
+    /// parent) would otherwise answer for a later run under the same id, calling
+    /// the same child at the same wait: "already started", and it would never hear
+    /// the child's end.
+    pub(crate) fn forget_parent(&self, parent: &str) {
+        let mut t = self.lock();
+        let Some(children) = t.by_parent.remove(parent) else {
+            return;
+        };
+        for child in children {
+            if let Some(list) = t.by_child.get_mut(&child) {
+                list.retain(|s| s.link.run_id != parent);
+                if list.is_empty() {
+                    t.by_child.remove(&child);
+                }
+            }
+        }
+    }
+
+    /// The runs waiting on `child`.
+    pub(super) fn parents_of(&self, child: &str) -> Vec<String> {
+        self.lock()
+            .by_child
+            .get(child)
+            .map(|list| {
+                list.iter()
+                    .filter(|s| !s.ended)
+                    .map(|s| s.link.run_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `child` has ended: returns everyone subscribed to it and not yet told. Their
+    /// entries stay until the end is delivered ([`Subscriptions::unsubscribe`]).
+    pub(crate) fn take(&self, child: &str) -> Vec<ParentLink> {
+        self.lock()
+            .by_child
+            .get_mut(child)
+            .map(|list| {
+                list.iter_mut()
+                    .filter_map(|s| {
+                        (!std::mem::replace(&mut s.ended, true)).then(|| s.link.clone())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Table {
+    fn forget_child_of(&mut self, parent: &str, child: &str) {
+        if let Some(children) = self.by_parent.get_mut(parent) {
+            children.remove(child);
+            if children.is_empty() {
+                self.by_parent.remove(parent);
+            }
+        }
+    }
+}
