@@ -29,14 +29,15 @@ impl RunActor {
                 signal_id,
                 payload,
             } => {
-                if finished {
-                    return Err(ActorError::RunFinished(self.run_id.to_string()));
-                }
                 if self.journal.with_index(|i| i.has_signal(&signal_id)) {
                     // Already recorded (a retried send whose first answer was lost):
-                    // make sure an execution will see it.
+                    // make sure an execution will see it. Also once the run has
+                    // finished since (that signal may have ended it): one delivery.
                     self.begin(&me, false).await;
                     return Ok(());
+                }
+                if finished {
+                    return Err(ActorError::RunFinished(self.run_id.to_string()));
                 }
                 self.append_after_due(Event::SignalReceived {
                     name,
