@@ -120,14 +120,8 @@ impl Core {
         self.check_open()?;
         check_new_run_id(new_run_id)?;
         let meta = self.known(run_id).await?;
-        let store = self.store.clone();
-        let (id, start) = (run_id.to_owned(), meta.segment_start);
-        let records = blocking(move || store.read_records(&id, start)).await?;
-        if records.is_empty() {
-            // Deleted since its record was read (a known run's segment always
-            // holds its `RunStarted`): there is no log left to fork.
-            return Err(ActorError::UnknownRun(run_id.to_owned()));
-        }
+        // Deleted since its record was read: no log left to fork (`UnknownRun`).
+        let records = self.known_records(run_id, meta.segment_start).await?;
         let events: Vec<(u64, &Event)> = records.iter().map(|r| (r.seq, &r.event)).collect();
         check_cut(meta.segment_start, &events, at_seq).map_err(|reason| {
             ActorError::InvalidCut {

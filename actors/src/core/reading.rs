@@ -50,13 +50,20 @@ impl Core {
     /// As [`Core::events`].
     pub async fn records(&self, run_id: &str) -> Result<Vec<Record>, ActorError> {
         self.known(run_id).await?;
-        let store = self.store.clone();
-        let id = run_id.to_owned();
-        let records = blocking(move || store.read_records(&id, 0)).await?;
-        // A run's log holds its `RunStarted` from its first write on, so an empty
-        // one was deleted between the two reads: the run is gone, not empty.
+        self.known_records(run_id, 0).await
+    }
+
+    /// The records from `from` on (a segment's start) of a run just found to
+    /// exist. Every segment holds its `RunStarted` from its first write on, so
+    /// none means the run was deleted since it was found: [`ActorError::UnknownRun`].
+    pub(super) async fn known_records(
+        &self,
+        run_id: &str,
+        from: u64,
+    ) -> Result<Vec<Record>, ActorError> {
+        let records = self.records_from(run_id, from).await?;
         if records.is_empty() {
-            self.known(run_id).await?;
+            return Err(ActorError::UnknownRun(run_id.to_owned()));
         }
         Ok(records)
     }
