@@ -45,17 +45,11 @@ impl Ctx {
         child_run_id: &str,
         input: W::Input,
     ) -> impl Future<Output = Result<W::Output>> + Send + use<W> {
-        if let Some(e) = self.refused() {
-            return Either::Left(std::future::ready(Err(e)));
-        }
-        // An input that does not encode is refused before the call is matched
-        // against the log: nothing is recorded, so no replay may expect it.
-        let input = match encode(&input) {
-            Ok(input) => input,
+        let child_run_id = child_run_id.to_owned();
+        let called = match self.call_child::<W>(false, &child_run_id, &input) {
+            Ok(called) => called,
             Err(e) => return Either::Left(std::future::ready(Err(e))),
         };
-        let child_run_id = child_run_id.to_owned();
-        let called = self.call_child::<W>(false, &child_run_id, input);
         let wait = self.slot(Key::Child(called.id.clone()), None);
         let ctx = self.clone();
         Either::Right(async move {
@@ -90,16 +84,11 @@ impl Ctx {
         child_run_id: &str,
         input: W::Input,
     ) -> impl Future<Output = Result<RunHandle<W>>> + Send + use<W> {
-        if let Some(e) = self.refused() {
-            return Either::Left(std::future::ready(Err(e)));
-        }
-        // As for `child`: refused before the call is matched against the log.
-        let input = match encode(&input) {
-            Ok(input) => input,
+        let child_run_id = child_run_id.to_owned();
+        let called = match self.call_child::<W>(true, &child_run_id, &input) {
+            Ok(called) => called,
             Err(e) => return Either::Left(std::future::ready(Err(e))),
         };
-        let child_run_id = child_run_id.to_owned();
-        let called = self.call_child::<W>(true, &child_run_id, input);
         let wait = self.slot(Key::Child(called.id.clone()), None);
         let ctx = self.clone();
         Either::Right(async move {
@@ -120,15 +109,22 @@ impl Ctx {
         })
     }
 
-    /// The bookkeeping both child calls share: id (`child#n` or `detached#n`),
-    /// matching against the log, `ChildStarted`, and queueing the start unless the
-    /// log says it is done.
+    /// The bookkeeping both child calls share: the refusals that come before any
+    /// (a run asked to cancel, an input that does not encode), then the id
+    /// (`child#n` or `detached#n`), matching against the log, `ChildStarted`, and
+    /// queueing the start unless the log says it is done.
     fn call_child<W: Workflow>(
         &self,
         detached: bool,
         child_run_id: &str,
-        input: Payload,
-    ) -> Called {
+        input: &W::Input,
+    ) -> Result<Called> {
+        if let Some(e) = self.refused() {
+            return Err(e);
+        }
+        // An input that does not encode is refused before the call is matched
+        // against the log: nothing is recorded, so no replay may expect it.
+        let input = encode(input)?;
         let (id, opened, done) = {
             let mut st = self.lock();
             let id = st
@@ -174,7 +170,7 @@ impl Ctx {
                 self.queue_start::<W>(&id, child_run_id, input);
             }
         }
-        Called { id, opened }
+        Ok(Called { id, opened })
     }
 
     /// Queues the child's start (and, for a waited-for child, the subscription to
