@@ -113,7 +113,7 @@ fn child(dir: &Path) {
             assert!(Instant::now() < deadline, "never told to go");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let owners = support::spread_leases(&url, "host-", 3, 60).await;
+        let owners = support::settled_leases(&url, "host-", 3).await;
         let ids = Ids::of(&owners);
         for cart in &ids.carts {
             host.start::<Cart>(cart, "host-0".into())
@@ -144,7 +144,7 @@ fn dedup_holds_across_a_killed_owner_on_postgres() {
     let (hosts, ids) = rt.block_on(async {
         let a = open(dir, "host-1").await.expect("host 1");
         let b = open(dir, "host-2").await.expect("host 2");
-        let owners = support::spread_leases(&url, "host-", 3, 60).await;
+        let owners = support::settled_leases(&url, "host-", 3).await;
         std::fs::write(dir.join("go"), "").expect("go");
         ([a, b], Ids::of(&owners))
     });
@@ -244,7 +244,7 @@ fn key_child(dir: &Path) {
             assert!(Instant::now() < deadline, "never told to go");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let owners = support::spread_leases(&url, "host-", 3, 60).await;
+        let owners = support::settled_leases(&url, "host-", 3).await;
         let holder = procs::ids_on(&owners, 0, "holder", 1).remove(0);
         host.start_with::<Cart>(&holder, "host-0".into(), keyed())
             .await
@@ -285,7 +285,7 @@ fn queue_dedup_key_held_by_a_killed_host_on_postgres() {
     let (hosts, holder) = rt.block_on(async {
         let a = open(dir, "host-1").await.expect("host 1");
         let b = open(dir, "host-2").await.expect("host 2");
-        let owners = support::spread_leases(&url, "host-", 3, 60).await;
+        let owners = support::settled_leases(&url, "host-", 3).await;
         std::fs::write(dir.join("go"), "").expect("go");
         ([a, b], procs::ids_on(&owners, 0, "holder", 1).remove(0))
     });

@@ -119,7 +119,7 @@ fn child(dir: &Path) {
             assert!(Instant::now() < deadline, "never told to go");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let owners = support::spread_leases(&url, "host-", 3, 60).await;
+        let owners = support::settled_leases(&url, "host-", 3).await;
         let ids = Ids::of(&owners);
         host.start::<Gate>(&ids.cancel, 1).await.expect("start");
         host.start::<Tagged>(&ids.pause, ()).await.expect("start");
@@ -165,7 +165,7 @@ fn operations_on_runs_of_a_killed_host_on_postgres() {
             open(dir.path(), "host-1").await.expect("host 1"),
             open(dir.path(), "host-2").await.expect("host 2"),
         ];
-        let owners = support::spread_leases(&url, "host-", 3, 60).await;
+        let owners = support::settled_leases(&url, "host-", 3).await;
         std::fs::write(dir.path().join("go"), "").expect("go");
         (hosts, Ids::of(&owners))
     });

@@ -251,7 +251,7 @@ fn concurrency_holds_across_a_killed_host_on_postgres() {
     let hosts = rt.block_on(async {
         let a = open(dir, "host-1", conc(), None).await.expect("host 1");
         let b = open(dir, "host-2", conc(), None).await.expect("host 2");
-        support::spread_leases(&url, "host-", 3, 60).await;
+        support::settled_leases(&url, "host-", 3).await;
         std::fs::write(dir.join("go"), "").expect("go");
         [a, b]
     });

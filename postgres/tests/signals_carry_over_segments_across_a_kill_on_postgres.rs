@@ -74,7 +74,7 @@ fn child(dir: &Path) {
             assert!(Instant::now() < deadline, "never told to go");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let owners = support::spread_leases(&url, "host-", 3, 60).await;
+        let owners = support::settled_leases(&url, "host-", 3).await;
         for id in ids(&owners) {
             host.start::<Relay>(&id, (0, Vec::new()))
                 .await
@@ -115,7 +115,7 @@ fn signals_carry_over_segments_across_a_kill_on_postgres() {
             open(dir.path(), "host-1").await.expect("host 1"),
             open(dir.path(), "host-2").await.expect("host 2"),
         ];
-        let owners = support::spread_leases(&url, "host-", 3, 60).await;
+        let owners = support::settled_leases(&url, "host-", 3).await;
         std::fs::write(dir.path().join("go"), "").expect("go");
         (hosts, ids(&owners))
     });

@@ -137,7 +137,7 @@ fn taker_killed_while_taking_over_on_postgres() {
     second.until(Duration::from_secs(60), |l| l.ends_with("joined"));
     let (last, at) = rt.block_on(async {
         let last = open(dir.path(), "host-2").await.expect("host 2");
-        support::spread_leases(&url, "host-", 3, 60).await;
+        support::settled_leases(&url, "host-", 3).await;
         // Due after both kills, before the last host has taken everything.
         let at = procs::epoch_ms() + 3000;
         std::fs::write(dir.path().join("go"), at.to_string()).expect("go");

@@ -281,20 +281,48 @@ pub async fn execute(url: &str, sql: &str) {
 /// at least `min_each` of the partitions of the database at `url`; then returns,
 /// for each partition, the index of the host that owns it. Panics past the minute.
 pub async fn spread_leases(url: &str, prefix: &str, hosts: usize, min_each: i64) -> Vec<usize> {
+    leases_where(url, prefix, hosts, |counts| {
+        counts.iter().all(|&count| count >= min_each)
+    })
+    .await
+}
+
+/// Waits (a minute at most) until `hosts` hosts named `<prefix><index>` lease all the
+/// partitions and none holds more than its share, so that no partition moves again
+/// while those hosts live; then returns, for each partition, the index of its owner.
+/// Processes that each pick runs by owner from this agree on the same owners, which
+/// [`spread_leases`] does not promise while shares are still evening out.
+pub async fn settled_leases(url: &str, prefix: &str, hosts: usize) -> Vec<usize> {
+    let share = i64::try_from(256_usize.div_ceil(hosts)).expect("share");
+    leases_where(url, prefix, hosts, |counts| {
+        counts.iter().sum::<i64>() == 256 && counts.iter().all(|&count| count <= share)
+    })
+    .await
+}
+
+async fn leases_where(
+    url: &str,
+    prefix: &str,
+    hosts: usize,
+    done: impl Fn(&[i64]) -> bool,
+) -> Vec<usize> {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect");
     let task = tokio::spawn(conn);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let rows = client
+        let counts: Vec<i64> = client
             .query(
                 "SELECT count(*) FROM reel_leases WHERE owner IS NOT NULL GROUP BY owner",
                 &[],
             )
             .await
-            .expect("leases");
-        if rows.len() == hosts && rows.iter().all(|r| r.get::<_, i64>(0) >= min_each) {
+            .expect("leases")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        if counts.len() == hosts && done(&counts) {
             break;
         }
         assert!(
