@@ -135,6 +135,10 @@ struct Driver<F> {
     /// parent's end is recorded).
     ending: Option<Outcome>,
     finished: bool,
+    /// The handler is polled only when this is set (its first poll) or its waker
+    /// fired: a wake-up for a landing or a new event leaves it alone until the
+    /// walk delivers something to it.
+    handler_due: bool,
 }
 
 impl<F, O> Driver<F>
@@ -396,16 +400,19 @@ where
                 return this.finish(o);
             }
             while let Poll::Ready(Some(_)) = this.effects.poll_next_unpin(cx) {}
-            this.top.woken.store(false, Ordering::Release);
-            let polled = this.handler.as_mut().poll(&mut Context::from_waker(&top));
-            this.collect_work();
-            if let Poll::Ready(result) = polled {
-                let o = this.returned(result);
-                if matches!(o, Outcome::Parked(_) | Outcome::Crashed(_)) {
-                    return this.finish(o);
+            let due = std::mem::take(&mut this.handler_due)
+                | this.top.woken.swap(false, Ordering::AcqRel);
+            if due {
+                let polled = this.handler.as_mut().poll(&mut Context::from_waker(&top));
+                this.collect_work();
+                if let Poll::Ready(result) = polled {
+                    let o = this.returned(result);
+                    if matches!(o, Outcome::Parked(_) | Outcome::Crashed(_)) {
+                        return this.finish(o);
+                    }
+                    // The handler returned: what it queued starts now, caught up or not.
+                    return this.end_with(o, cx);
                 }
-                // The handler returned: what it queued starts now, caught up or not.
-                return this.end_with(o, cx);
             }
             if let Some(o) = this.stopped() {
                 return this.finish(o);
@@ -417,7 +424,7 @@ where
                 // As when the handler returns: what it queued starts first.
                 return this.end_with(o, cx);
             }
-            if this.top.woken.swap(false, Ordering::AcqRel) {
+            if this.top.woken.load(Ordering::Acquire) {
                 continue;
             }
             // Quiescent: the handler has done all it can with what it has seen.
@@ -528,6 +535,7 @@ pub(crate) fn execute<W: Workflow>(
         reported: None,
         ending: None,
         finished: false,
+        handler_due: true,
     };
     (Box::pin(driver), ctx)
 }

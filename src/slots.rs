@@ -32,6 +32,14 @@ pub(crate) enum Key {
     Child(String),
 }
 
+impl Key {
+    fn into_id(self) -> String {
+        match self {
+            Key::Step(id) | Key::Timer(id) | Key::Wait(id) | Key::Value(id) | Key::Child(id) => id,
+        }
+    }
+}
+
 /// A result as the handler receives it.
 #[derive(Debug)]
 pub(crate) enum Resolution {
@@ -101,6 +109,8 @@ pub(crate) struct Slots {
     /// How many `ctx.cancelled()` futures are alive: waiting on the request is a
     /// durable wait like any other (the run may passivate while it waits).
     cancel_waits: usize,
+    /// The buffer of the key a delivery looks its slot up by ([`Slots::resolve_id`]).
+    scratch: String,
 }
 
 impl Slots {
@@ -371,13 +381,32 @@ impl Slots {
         true
     }
 
+    /// [`Slots::resolve`] of the slot `kind(id)`, looked up without allocating: the
+    /// key is built in a buffer kept for it.
+    fn resolve_id(
+        &mut self,
+        kind: fn(String) -> Key,
+        id: &str,
+        r: Resolution,
+        out: &mut Delivered,
+    ) -> bool {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.push_str(id);
+        let key = kind(buf);
+        let resolved = self.resolve(&key, r, out);
+        self.scratch = key.into_id();
+        resolved
+    }
+
     /// Makes one logged event, at log position `seq`, visible to the handler.
     pub(crate) fn deliver(&mut self, seq: u64, event: &Event) -> Delivered {
         let mut out = Delivered::default();
         match event {
             Event::StepCompleted { id, output } => {
-                self.resolve(
-                    &Key::Step(id.clone()),
+                self.resolve_id(
+                    Key::Step,
+                    id,
                     Resolution::Step(Ok(output.clone())),
                     &mut out,
                 );
@@ -388,17 +417,18 @@ impl Slots {
                 retry_at: None,
                 ..
             } => {
-                self.resolve(
-                    &Key::Step(id.clone()),
+                self.resolve_id(
+                    Key::Step,
+                    id,
                     Resolution::Step(Err(error.clone())),
                     &mut out,
                 );
             }
             Event::TimerFired { id } => {
-                let timer = self.resolve(&Key::Timer(id.clone()), Resolution::Fired, &mut out);
+                let timer = self.resolve_id(Key::Timer, id, Resolution::Fired, &mut out);
                 if !timer {
                     // A timed wait's deadline.
-                    self.resolve(&Key::Wait(id.clone()), Resolution::TimedOut, &mut out);
+                    self.resolve_id(Key::Wait, id, Resolution::TimedOut, &mut out);
                 }
             }
             Event::SignalReceived { name, payload, .. } => match self.next_waiting(name) {
@@ -413,22 +443,15 @@ impl Slots {
                     .push_back((seq, payload.clone())),
             },
             Event::Recorded { id, value, .. } => {
-                self.resolve(
-                    &Key::Value(id.clone()),
-                    Resolution::Value(value.clone()),
-                    &mut out,
-                );
+                self.resolve_id(Key::Value, id, Resolution::Value(value.clone()), &mut out);
             }
             Event::ChildCompleted { id, result } => {
-                self.resolve(
-                    &Key::Child(id.clone()),
-                    Resolution::Child(result.clone()),
-                    &mut out,
-                );
+                self.resolve_id(Key::Child, id, Resolution::Child(result.clone()), &mut out);
             }
             Event::ChildDetached { id, error } => {
-                self.resolve(
-                    &Key::Child(id.clone()),
+                self.resolve_id(
+                    Key::Child,
+                    id,
                     Resolution::Detached(error.clone()),
                     &mut out,
                 );

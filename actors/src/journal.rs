@@ -55,25 +55,35 @@ struct State {
     /// Set when the run ends or its actor stops: the execution may not append any
     /// more (a cancelled run never gets an event after `RunCancelled`).
     closed: bool,
-    /// Non-durable events of the execution not handed to the store yet (a step's
-    /// `StepStarted`, a wait's `SignalAwaited`): they go with the next append
-    /// (the actor's write of a suspension among them), or when the execution goes
-    /// idle with a step body running ([`Journal::flush_held`]).
-    held: Held,
+    /// Where the non-durable events of the execution not handed to the store yet
+    /// begin (a step's `StepStarted`, a wait's `SignalAwaited`): they are the end
+    /// of `tail`, and go with the next append (the actor's write of a suspension
+    /// among them), or when the execution goes idle with a step body running
+    /// ([`Journal::flush_held`]). Their sequence numbers are taken, so nothing can
+    /// be written between them and what follows.
+    held_from: Option<u64>,
     /// The run is paused: the live execution makes no more results visible and
     /// ends once the step bodies under way have finished ([`Journal::pause`]).
     paused: bool,
-    /// A dry journal's appends, kept instead of written ([`Journal::dry`]).
-    dry: Option<Vec<Event>>,
+    /// A dry journal keeps its appends (in `tail`) instead of writing them
+    /// ([`Journal::dry`]).
+    dry: bool,
 }
 
-/// Appends held back to travel with the next one: their sequence numbers are
-/// taken, so nothing can be written between them and what follows.
-#[derive(Default)]
-struct Held {
-    /// Position of the first held event.
-    from: u64,
-    events: Vec<Event>,
+impl State {
+    /// Moves the events from sequence number `from` on (the end of the tail, not
+    /// yet written) out, to be written; [`State::put_back`] returns them.
+    fn take_from(&mut self, from: u64) -> Vec<Event> {
+        let start = usize::try_from(from)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(self.history.len())
+            .min(self.tail.len());
+        self.tail.drain(start..).collect()
+    }
+
+    fn put_back(&mut self, events: Vec<Event>) {
+        self.tail.extend(events);
+    }
 }
 
 /// Whether a non-durable append may be held for the next one: it creates no timer
@@ -204,9 +214,9 @@ impl Journal {
                 durable: len,
                 waker: None,
                 closed: false,
-                held: Held::default(),
+                held_from: None,
                 paused: false,
-                dry: None,
+                dry: false,
             }),
         }))
     }
@@ -251,9 +261,7 @@ impl Journal {
     /// Writes the held appends, if any, as an append of their own, and tells when
     /// they have landed: the actor's write for a suspension that changes no state.
     pub(crate) fn write_held(&self) -> Option<Landing> {
-        if self.lock().held.events.is_empty() {
-            return None;
-        }
+        self.lock().held_from?;
         Some(self.submit(
             Vec::new(),
             None,
@@ -271,37 +279,39 @@ impl Journal {
         if state.closed {
             return;
         }
-        if state.held.events.is_empty() {
-            state.held.from = state.next_seq;
+        if state.held_from.is_none() {
+            state.held_from = Some(state.next_seq);
         }
         state.next_seq += events.len() as u64;
-        state.tail.extend(events.iter().cloned());
         state.index.note_all(&events);
-        state.held.events.extend(events);
+        state.tail.extend(events);
     }
 
     /// Hands the held appends to the store now: the execution has gone idle while
     /// a step body runs on, so nothing else is coming to carry them soon. (When it
     /// only waits, the actor's write of the suspension carries them.)
     pub fn flush_held(&self) {
-        let mut state = self.lock();
-        if state.held.events.is_empty() {
+        self.flush_locked(&mut self.lock());
+    }
+
+    fn flush_locked(&self, state: &mut State) {
+        if state.dry {
             return;
         }
-        let held = std::mem::take(&mut state.held);
-        if let Some(dry) = &mut state.dry {
-            dry.extend(held.events);
+        let Some(from) = state.held_from.take() else {
             return;
-        }
-        // Nobody waits for it: the write goes on without its ticket.
-        drop(self.0.store.submit(Append {
-            run_id: self.0.run_id.to_string(),
-            expected_seq: Some(self.0.base + held.from),
-            events: held.events,
+        };
+        let append = Append {
+            run_id: String::from(&*self.0.run_id),
+            expected_seq: Some(self.0.base + from),
+            events: state.take_from(from),
             durable: false,
             at: Some(self.0.clock.now_ms()),
             ..Append::default()
-        }));
+        };
+        // Nobody waits for it: the write goes on without its ticket.
+        drop(self.0.store.submit_ref(&append));
+        state.put_back(append.events);
     }
 
     /// Appends `TimerCancelled` for a timer the handler dropped and removes it from
@@ -398,19 +408,9 @@ impl Journal {
             let first = state.next_seq;
             state.next_seq += events.len() as u64;
             let end = state.next_seq;
-            state.tail.extend(events.iter().cloned());
             state.index.note_all(&events);
-            // Held appends go first, in the same batch.
-            let held = std::mem::take(&mut state.held);
-            let (from, all) = if held.events.is_empty() {
-                (first, events)
-            } else {
-                let mut all = held.events;
-                all.extend(events);
-                (held.from, all)
-            };
-            if let Some(dry) = &mut state.dry {
-                dry.extend(all);
+            state.tail.extend(events);
+            if state.dry {
                 return Landing {
                     ticket: Ticket::ready(Ok(())),
                     durable_end: durable.then_some(end),
@@ -419,26 +419,38 @@ impl Journal {
                     journal: self.clone(),
                 };
             }
-            let expected_seq = (!all.is_empty()).then_some(self.0.base + from);
-            let removed = remove_timers.clone();
-            let ticket = self.0.store.submit(Append {
+            // Held events go first, in the same batch. The events are lent to the
+            // store and kept: the execution walks them.
+            let from = state.held_from.take().unwrap_or(first);
+            let events = state.take_from(from);
+            let append = Append {
                 at: Some(self.0.clock.now_ms()),
-                run_id: self.0.run_id.to_string(),
-                expected_seq,
-                events: all,
+                run_id: String::from(&*self.0.run_id),
+                expected_seq: (!events.is_empty()).then_some(self.0.base + from),
+                events,
                 meta,
-                add_timers: add_timers.clone(),
+                add_timers,
                 remove_timers,
                 durable,
                 mail: None,
                 letters,
-            });
-            if let Some(host) = self.0.host.upgrade() {
+            };
+            let ticket = self.0.store.submit_ref(&append);
+            let Append {
+                events,
+                add_timers,
+                remove_timers,
+                ..
+            } = append;
+            state.put_back(events);
+            if !(add_timers.is_empty() && remove_timers.is_empty())
+                && let Some(host) = self.0.host.upgrade()
+            {
                 if !add_timers.is_empty() {
                     host.schedule_timers(add_timers);
                 }
-                if !removed.is_empty() {
-                    host.unschedule_timers(removed);
+                if !remove_timers.is_empty() {
+                    host.unschedule_timers(remove_timers);
                 }
             }
             (ticket, durable.then_some(end))
@@ -551,6 +563,8 @@ impl Journal {
     /// execution holds the previous snapshot.
     pub(crate) fn snapshot(&self) -> Arc<Vec<Event>> {
         let mut state = self.lock();
+        // Held events stay at the end of the tail until written: written now.
+        self.flush_locked(&mut state);
         if !state.tail.is_empty() {
             let tail = std::mem::take(&mut state.tail);
             Arc::make_mut(&mut state.history).extend(tail);

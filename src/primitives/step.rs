@@ -284,12 +284,13 @@ impl Ctx {
         };
         metrics::histogram!(reel_storage::metrics::STEP_SECONDS)
             .record(started.elapsed().as_secs_f64());
-        let outcome = if matches!(ran, Ok(Ok(_))) {
-            "ok"
+        // Literal labels: the key is built once per call site, not per attempt.
+        if matches!(ran, Ok(Ok(_))) {
+            metrics::counter!(reel_storage::metrics::STEP_ATTEMPTS, "outcome" => "ok").increment(1);
         } else {
-            "error"
-        };
-        metrics::counter!(reel_storage::metrics::STEP_ATTEMPTS, "outcome" => outcome).increment(1);
+            metrics::counter!(reel_storage::metrics::STEP_ATTEMPTS, "outcome" => "error")
+                .increment(1);
+        }
         match ran {
             Ok(Ok(value)) => match encode(&value) {
                 Ok(output) => Attempt::Value(output),

@@ -267,7 +267,7 @@ impl FjallStore {
             .ok_or(StorageError::Closed)
     }
 
-    fn encode(append: Append) -> Result<Encoded> {
+    fn encode(append: &Append) -> Result<Encoded> {
         append.validate()?;
         // Every record of an append carries the time it was submitted.
         let at = append.at.unwrap_or_else(crate::record::now_ms);
@@ -289,7 +289,7 @@ impl FjallStore {
             remove_timers: append.remove_timers.iter().map(encode_timer_key).collect(),
             expected_seq: append.expected_seq,
             durable: append.durable,
-            run_id: append.run_id,
+            run_id: append.run_id.clone(),
         })
     }
 }
@@ -346,6 +346,10 @@ impl LogWriter for FjallStore {
     }
 
     fn submit(&self, append: Append) -> Ticket {
+        self.submit_ref(&append)
+    }
+
+    fn submit_ref(&self, append: &Append) -> Ticket {
         let append = match FjallStore::encode(append) {
             Ok(a) => a,
             Err(e) => return Ticket::ready(Err(e)),

@@ -186,6 +186,14 @@ pub trait LogWriter: Send + Sync {
     /// Never blocks: the answer comes through the [`Ticket`].
     fn submit(&self, append: Append) -> Ticket;
 
+    /// [`submit`](LogWriter::submit) that leaves `append` with the caller, who
+    /// keeps its events (a run's journal keeps them in memory for its execution).
+    /// A backend that encodes on the caller's thread takes nothing from it; the
+    /// default clones it for [`submit`](LogWriter::submit).
+    fn submit_ref(&self, append: &Append) -> Ticket {
+        self.submit(append.clone())
+    }
+
     /// Sets who is told, after each commit, which logs grew (replacing any earlier
     /// listener). Every append with events that lands must be reported, after its
     /// records are readable.

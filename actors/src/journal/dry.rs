@@ -25,22 +25,23 @@ impl Journal {
     ) -> Journal {
         let journal = Journal::new(run_id, store, clock, host, history, 0);
         journal.0.live.get_or_init(tokio::sync::Notify::new);
-        journal.lock().dry = Some(Vec::new());
+        journal.lock().dry = true;
         journal
     }
 
     /// Whether the journal is dry: it keeps its appends.
     pub(crate) fn is_dry(&self) -> bool {
-        self.0.live.get().is_some() && self.lock().dry.is_some()
+        self.0.live.get().is_some() && self.lock().dry
     }
 
     /// Takes what a dry journal was given so far, in log order (held events last:
     /// they came last).
     pub(crate) fn take_dry(&self) -> Vec<Event> {
         let mut state = self.lock();
-        let mut events = state.dry.as_mut().map(std::mem::take).unwrap_or_default();
-        events.extend(std::mem::take(&mut state.held).events);
-        events
+        state.held_from = None;
+        // What it was given is its log past the `RunStarted` it was made with.
+        let given = state.history.iter().skip(1).chain(&state.tail);
+        given.cloned().collect()
     }
 
     /// What it kept is on disk now: it appends to the store from here on, and
@@ -48,7 +49,7 @@ impl Journal {
     pub(crate) fn go_live(&self) {
         let waker = {
             let mut state = self.lock();
-            state.dry = None;
+            state.dry = false;
             state.durable = state.next_seq;
             state.waker.clone()
         };
@@ -77,7 +78,7 @@ impl Journal {
             let notified = live.notified();
             {
                 let state = self.lock();
-                if state.dry.is_none() {
+                if !state.dry {
                     return true;
                 }
                 if state.closed {
