@@ -38,6 +38,8 @@
 //! - `REEL_BENCH_QUICK=1` scales everything down for a smoke run of a few seconds.
 //! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity,listing,queue,million`
 //!   picks scenarios.
+//! - `REEL_BENCH_TP_RUNS` (default 10,000) and `REEL_BENCH_TP_STEPS` (default 10):
+//!   the throughput scenario's runs and steps per run.
 //! - `REEL_BENCH_START_CONCURRENCY` (default 4,096): starts in flight at once in
 //!   the recovery and million scenarios.
 //! - `REEL_BENCH_MILLION_RUNS` (default 1,000,000): runs of the million scenario.
@@ -108,8 +110,14 @@ impl Config {
             quick,
             only,
             seq_steps: if quick { 100 } else { 1_000 },
-            tp_runs: if quick { 500 } else { 10_000 },
-            tp_steps: 10,
+            tp_runs: std::env::var("REEL_BENCH_TP_RUNS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if quick { 500 } else { 10_000 }),
+            tp_steps: std::env::var("REEL_BENCH_TP_STEPS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(10),
             raw_batch: 2_048,
             replay_steps: if quick { 500 } else { 5_000 },
             replay_runs: 3,
