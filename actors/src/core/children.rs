@@ -176,12 +176,39 @@ impl Core {
         // ended before.
         if started == Started::Existing
             && let Some(meta) = self.meta(&c.run_id).await?
-            && meta.state.is_finished()
         {
-            self.unsubscribe(&c.run_id, &c.link);
-            self.notify_parents(&meta, None, std::iter::once(c.link.clone()));
+            if meta.state.is_finished() {
+                self.unsubscribe(&c.run_id, &c.link);
+                self.notify_parents(&meta, None, std::iter::once(c.link.clone()));
+            } else if meta.parent.as_ref() != Some(&c.link) {
+                // Not this parent's own child: its end is posted only to its recorded
+                // parent. Its owner tells the subscribers it has; another host looks
+                // for the end itself (`hear_remote_ends`).
+                self.child_subscribers.attach(&c.run_id, &c.link);
+            }
         }
         Ok(())
+    }
+
+    /// Delivers the end of runs owned by other hosts that runs here wait on without
+    /// being their recorded parent (`child`, when its change was heard of, or every
+    /// one, at the inbox poll): their owner does not know of these waits.
+    pub(super) async fn hear_remote_ends(&self, child: Option<&str>) {
+        for child in self.child_subscribers.attached(child) {
+            if !self.owned_elsewhere(&child) {
+                continue;
+            }
+            match self.meta(&child).await {
+                Ok(Some(meta)) if meta.state.is_finished() => {
+                    let subscribers = self.child_subscribers.take(&child);
+                    self.notify_parents(&meta, None, subscribers.into_iter());
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(child, error = %e, "reel: could not read a run waited on here; looking again at the next poll");
+                }
+            }
+        }
     }
 
     /// Keeps starting a child whose start failed for a passing reason, with backoff,

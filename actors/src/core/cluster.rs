@@ -138,6 +138,7 @@ impl Core {
                     Some(Ok(Notice::Changed(run_id))) => {
                         if core.owned_elsewhere(&run_id) {
                             core.notify_changed(&run_id, None);
+                            core.hear_remote_ends(Some(&run_id)).await;
                             core.follow_remote_logs(Some(run_id)).await;
                         }
                     }
@@ -160,6 +161,7 @@ impl Core {
                                 core.notify_changed(&run_id, None);
                             }
                         }
+                        core.hear_remote_ends(None).await;
                         core.follow_remote_logs(None).await;
                         core.drain_inbox().await;
                         // Slots given back elsewhere are heard of by notice,

@@ -29,6 +29,10 @@ struct Subscription {
     /// until it is delivered, so that the parent, executing again meanwhile, does not
     /// start the child again.
     ended: bool,
+    /// The child is not the parent's own (`ctx.child` of a run something else
+    /// started): its end is posted only to its recorded parent, so a host that
+    /// does not own it has to look for the end itself ([`Subscriptions::attached`]).
+    attached: bool,
 }
 
 impl Subscriptions {
@@ -49,6 +53,7 @@ impl Subscriptions {
             link: link.clone(),
             started: false,
             ended: false,
+            attached: false,
         });
         t.by_parent
             .entry(link.run_id.clone())
@@ -66,6 +71,39 @@ impl Subscriptions {
             .and_then(|list| list.iter_mut().find(|s| s.link == *link))
         {
             s.started = true;
+        }
+    }
+
+    /// Notes that `link` waits on `child` without being its recorded parent.
+    pub(super) fn attach(&self, child: &str, link: &ParentLink) {
+        if let Some(s) = self
+            .lock()
+            .by_child
+            .get_mut(child)
+            .and_then(|list| list.iter_mut().find(|s| s.link == *link))
+        {
+            s.attached = true;
+        }
+    }
+
+    /// The children (all of them, or `child` if it is one) that a run here waits on
+    /// without being their recorded parent, and that have not been seen to end.
+    pub(super) fn attached(&self, child: Option<&str>) -> Vec<String> {
+        let waits = |list: &Vec<Subscription>| list.iter().any(|s| s.attached && !s.ended);
+        let t = self.lock();
+        match child {
+            Some(child) => t
+                .by_child
+                .get(child)
+                .filter(|list| waits(list))
+                .map(|_| vec![child.to_owned()])
+                .unwrap_or_default(),
+            None => t
+                .by_child
+                .iter()
+                .filter(|(_, list)| waits(list))
+                .map(|(child, _)| child.clone())
+                .collect(),
         }
     }
 
