@@ -157,6 +157,43 @@ async fn release(via: &Host, kids: &[String]) -> anyhow::Result<()> {
 }
 
 /// Starts the kids through `via` and waits until each waits for its signal.
+/// Starts each parent through `via` on its run; with `waiting`, waits until each
+/// parent waits there.
+async fn attach_parents(
+    via: &Host,
+    waiting: Option<&Host>,
+    parents: &[String],
+    kids: &[String],
+) -> anyhow::Result<()> {
+    for (p, k) in parents.iter().zip(kids) {
+        via.start::<Attacher>(p, k.clone()).await?;
+    }
+    if let Some(host) = waiting {
+        for p in parents {
+            until_waiting(host, p).await;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every run of `kids` has ended, as `host` reads it.
+async fn until_ended(host: &Host, kids: &[String]) {
+    for k in kids {
+        until_status(host, k, "ended", |s| {
+            matches!(s, RunStatus::Completed | RunStatus::Failed { .. })
+        })
+        .await;
+    }
+}
+
+fn assert_all_heard(bad: &[String]) {
+    assert!(
+        bad.is_empty(),
+        "parents never heard their attached run's end:\n{}",
+        bad.join("\n")
+    );
+}
+
 async fn start_kids(via: &Host, kids: &[String]) -> anyhow::Result<()> {
     for k in kids {
         via.start::<Kid>(k, ()).await?;
@@ -176,22 +213,13 @@ async fn attached_wait_hears_an_end_on_its_own_host() -> anyhow::Result<()> {
     let parents = owned_by(&owners, 0, "p", 3);
     let kids = owned_by(&owners, 0, "k", 3);
     start_kids(&hosts[1], &kids).await?;
-    for (p, k) in parents.iter().zip(&kids) {
-        hosts[1].start::<Attacher>(p, k.clone()).await?;
-    }
-    for p in &parents {
-        until_waiting(&hosts[0], p).await;
-    }
+    attach_parents(&hosts[1], Some(&hosts[0]), &parents, &kids).await?;
     release(&hosts[1], &kids).await?;
     let want = outcome(&kids);
     let pairs: Vec<_> = parents.into_iter().zip(kids).collect();
     let bad = unheard(&hosts[0], &pairs, want, |_, _| "both on host-0".into()).await;
     shutdown_all(hosts).await?;
-    assert!(
-        bad.is_empty(),
-        "parents never heard their attached run's end:\n{}",
-        bad.join("\n")
-    );
+    assert_all_heard(&bad);
     Ok(())
 }
 
@@ -204,19 +232,9 @@ async fn attached_wait_hears_an_end_on_another_host_while_it_waits() -> anyhow::
     let parents = owned_by(&owners, 0, "p", 3);
     let kids = owned_by(&owners, 1, "k", 3);
     start_kids(&hosts[1], &kids).await?;
-    for (p, k) in parents.iter().zip(&kids) {
-        hosts[1].start::<Attacher>(p, k.clone()).await?;
-    }
-    for p in &parents {
-        until_waiting(&hosts[0], p).await;
-    }
+    attach_parents(&hosts[1], Some(&hosts[0]), &parents, &kids).await?;
     release(&hosts[0], &kids).await?;
-    for k in &kids {
-        until_status(&hosts[0], k, "ended", |s| {
-            matches!(s, RunStatus::Completed | RunStatus::Failed { .. })
-        })
-        .await;
-    }
+    until_ended(&hosts[0], &kids).await;
     let want = outcome(&kids);
     let pairs: Vec<_> = parents.into_iter().zip(kids).collect();
     let bad = unheard(&hosts[0], &pairs, want, |_, _| {
@@ -224,11 +242,7 @@ async fn attached_wait_hears_an_end_on_another_host_while_it_waits() -> anyhow::
     })
     .await;
     shutdown_all(hosts).await?;
-    assert!(
-        bad.is_empty(),
-        "parents never heard their attached run's end:\n{}",
-        bad.join("\n")
-    );
+    assert_all_heard(&bad);
     Ok(())
 }
 
@@ -242,15 +256,8 @@ async fn attached_wait_on_a_run_that_ended_on_another_host() -> anyhow::Result<(
     let kids = owned_by(&owners, 1, "k", 3);
     start_kids(&hosts[1], &kids).await?;
     release(&hosts[0], &kids).await?;
-    for k in &kids {
-        until_status(&hosts[0], k, "ended", |s| {
-            matches!(s, RunStatus::Completed | RunStatus::Failed { .. })
-        })
-        .await;
-    }
-    for (p, k) in parents.iter().zip(&kids) {
-        hosts[1].start::<Attacher>(p, k.clone()).await?;
-    }
+    until_ended(&hosts[0], &kids).await;
+    attach_parents(&hosts[1], None, &parents, &kids).await?;
     let want = outcome(&kids);
     let pairs: Vec<_> = parents.into_iter().zip(kids).collect();
     let bad = unheard(&hosts[0], &pairs, want, |_, _| {
@@ -258,11 +265,7 @@ async fn attached_wait_on_a_run_that_ended_on_another_host() -> anyhow::Result<(
     })
     .await;
     shutdown_all(hosts).await?;
-    assert!(
-        bad.is_empty(),
-        "parents never heard their attached run's end:\n{}",
-        bad.join("\n")
-    );
+    assert_all_heard(&bad);
     Ok(())
 }
 
@@ -280,12 +283,7 @@ async fn attached_wait_hears_an_end_after_the_runs_host_is_restarted() -> anyhow
     let parents = owned_by(&owners, 0, "p", PAIRS);
     let kids = owned_by(&owners, 1, "k", PAIRS);
     start_kids(&h1, &kids).await?;
-    for (p, k) in parents.iter().zip(&kids) {
-        h1.start::<Attacher>(p, k.clone()).await?;
-    }
-    for p in &parents {
-        until_waiting(&h0, p).await;
-    }
+    attach_parents(&h1, Some(&h0), &parents, &kids).await?;
     h1.shutdown().await?;
     // The partitions of the old host-1 are shared out between host-0 and the new
     // host-1 (host-0 may also give some of its own to the newcomer).
@@ -302,12 +300,7 @@ async fn attached_wait_hears_an_end_after_the_runs_host_is_restarted() -> anyhow
         "after the restart every parent shares a host with its run: nothing crosses hosts"
     );
     release(&h0, &kids).await?;
-    for k in &kids {
-        until_status(&h0, k, "ended", |s| {
-            matches!(s, RunStatus::Completed | RunStatus::Failed { .. })
-        })
-        .await;
-    }
+    until_ended(&h0, &kids).await;
     let want = outcome(&kids);
     let pairs: Vec<_> = parents.into_iter().zip(kids).collect();
     let bad = unheard(&h0, &pairs, want, |p, k| {

@@ -64,25 +64,23 @@ impl Subscriptions {
 
     /// Notes that `child` exists, if `link` is still subscribed to it.
     pub(super) fn started(&self, child: &str, link: &ParentLink) {
-        if let Some(s) = self
-            .lock()
-            .by_child
-            .get_mut(child)
-            .and_then(|list| list.iter_mut().find(|s| s.link == *link))
-        {
-            s.started = true;
-        }
+        self.update(child, link, |s| s.started = true);
     }
 
     /// Notes that `link` waits on `child` without being its recorded parent.
     pub(super) fn attach(&self, child: &str, link: &ParentLink) {
+        self.update(child, link, |s| s.attached = true);
+    }
+
+    /// Updates `link`'s subscription to `child`, if it is still subscribed.
+    fn update(&self, child: &str, link: &ParentLink, f: impl FnOnce(&mut Subscription)) {
         if let Some(s) = self
             .lock()
             .by_child
             .get_mut(child)
             .and_then(|list| list.iter_mut().find(|s| s.link == *link))
         {
-            s.attached = true;
+            f(s);
         }
     }
 
