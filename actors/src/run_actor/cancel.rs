@@ -21,7 +21,7 @@ use super::RunActor;
 use crate::blocking::blocking;
 use crate::error::ActorError;
 use crate::journal::{CANCEL_DEADLINE, Journal, RUN_DEADLINE};
-use crate::message::Delivery;
+use crate::message::{Delivery, is_detached};
 
 impl RunActor {
     /// A cancel request from outside, a parent, or a deadline.
@@ -52,6 +52,18 @@ impl RunActor {
 
     /// The reason of `d` if it is a cancel that a run whose log cannot be read
     /// takes (it takes no other message): from outside, or from its own parent.
+    /// The run whose cancel (its parent-close policy, or its own cancel passed on)
+    /// this run takes: the parent that started it and waits on it. A run started
+    /// detached (`ctx.start_child`) has none, whatever later waits on it: its
+    /// parent-close policy was fixed when it started.
+    pub(super) fn cancelling_parent(&self) -> Option<&str> {
+        self.meta
+            .parent
+            .as_ref()
+            .filter(|p| !is_detached(&p.wait_id))
+            .map(|p| p.run_id.as_str())
+    }
+
     pub(super) fn cancel_while_unreadable(&self, d: &Delivery) -> Option<String> {
         let Delivery::Cancel {
             reason,
@@ -61,8 +73,7 @@ impl RunActor {
         else {
             return None;
         };
-        let parent = self.meta.parent.as_ref().map(|p| p.run_id.as_str());
-        let from_own = from_parent.is_none() || from_parent.as_deref() == parent;
+        let from_own = from_parent.is_none() || from_parent.as_deref() == self.cancelling_parent();
         (self.broken.is_some() && !self.retired && !self.leaving && from_own)
             .then(|| reason.clone())
     }
@@ -184,7 +195,8 @@ impl RunActor {
 
     /// Asks each of `children` to cancel, with `reason`. A run the handler only
     /// attached to (`ctx.child` on the id of a run someone else started) is not
-    /// this run's child, and ignores the request.
+    /// this run's child, nor is one it started detached and later waited on: each
+    /// ignores the request ([`RunActor::cancelling_parent`]).
     pub(super) fn cancel_children(&self, children: Vec<String>, reason: &str, hard: bool) {
         let request = self.children_cancel(reason, hard);
         for child in children {

@@ -119,9 +119,8 @@ impl RunActor {
                 hard,
                 from_parent,
             } => {
-                let parent = self.meta.parent.as_ref().map(|p| p.run_id.as_str());
-                if from_parent.is_some() && from_parent.as_deref() != parent {
-                    tracing::debug!(run_id = %self.run_id, from = ?from_parent, "reel: cancel from a run that did not start this one; ignored");
+                if from_parent.is_some() && from_parent.as_deref() != self.cancelling_parent() {
+                    tracing::debug!(run_id = %self.run_id, from = ?from_parent, "reel: cancel from a run that did not start this one to wait on it; ignored");
                     return Ok(());
                 }
                 return self.cancel(reason, hard, ctx).await;
