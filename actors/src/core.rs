@@ -386,8 +386,11 @@ impl Core {
         self.notify_settled(&meta.run_id, meta, output);
         // It waits on no child any more (see `Subscriptions::forget_parent`).
         self.child_subscribers.forget_parent(&meta.run_id);
-        let subscribers = self.child_subscribers.take(&meta.run_id);
-        let parents = meta.parent.iter().cloned().chain(subscribers);
+        let taken = self
+            .child_subscribers
+            .take(&meta.run_id, meta.created_at, false);
+        self.runs_gone(&meta.run_id, taken.gone);
+        let parents = meta.parent.iter().cloned().chain(taken.ended);
         self.notify_parents(meta, output, parents);
     }
 }

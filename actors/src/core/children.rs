@@ -184,7 +184,8 @@ impl Core {
                 // Not this parent's own child: its end is posted only to its recorded
                 // parent. Its owner tells the subscribers it has; another host looks
                 // for the end itself (`hear_remote_ends`).
-                self.child_subscribers.attach(&c.run_id, &c.link);
+                self.child_subscribers
+                    .attach(&c.run_id, &c.link, meta.created_at);
             }
         }
         Ok(())
@@ -200,10 +201,16 @@ impl Core {
             }
             match self.meta(&child).await {
                 Ok(Some(meta)) if meta.state.is_finished() => {
-                    let subscribers = self.child_subscribers.take(&child);
-                    self.notify_parents(&meta, None, subscribers.into_iter());
+                    // The recorded parent hears by mail: only the attached waits.
+                    let taken = self.child_subscribers.take(&child, meta.created_at, true);
+                    self.runs_gone(&child, taken.gone);
+                    self.notify_parents(&meta, None, taken.ended.into_iter());
                 }
-                Ok(_) => {}
+                Ok(meta) => {
+                    let current = meta.map(|m| m.created_at);
+                    let gone = self.child_subscribers.take_gone(&child, current);
+                    self.runs_gone(&child, gone);
+                }
                 Err(e) => {
                     tracing::warn!(child, error = %e, "reel: could not read a run waited on here; looking again at the next poll");
                 }
@@ -243,6 +250,31 @@ impl Core {
             ActorError::NotRegistered(f) => self.child_failed(c, f),
             ActorError::Shutdown => {}
             e => self.child_failed(c, Failure::Other(e.to_string())),
+        }
+    }
+
+    /// Tells the runs in `waits` that the run they waited on under the id `child`
+    /// was deleted (a later run under the id, if any, is not theirs): their
+    /// `ctx.child` fails.
+    pub(super) fn runs_gone(&self, child: &str, waits: Vec<ParentLink>) {
+        for link in waits {
+            let delivery = Delivery::ChildDone {
+                wait_id: link.wait_id.clone(),
+                child: child.to_owned(),
+                result: Err(Failure::Other(format!(
+                    "run `{child}` was deleted while this run waited on it"
+                ))),
+            };
+            if let Some(delivered) = self.spawn_delivery(link.run_id.clone(), delivery) {
+                let core = self.me.clone();
+                let child = child.to_owned();
+                tokio::spawn(async move {
+                    let _ = delivered.await;
+                    if let Some(core) = core.upgrade() {
+                        core.unsubscribe(&child, &link);
+                    }
+                });
+            }
         }
     }
 

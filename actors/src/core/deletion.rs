@@ -97,6 +97,10 @@ impl Core {
             .unwrap_or_else(|p| p.into_inner())
             .remove(run_id);
         self.notify_changed(run_id, None);
+        // Runs here still waiting on it (it ended, but its end has not reached
+        // them yet) will not hear of it now: a later run under the id is not theirs.
+        let gone = self.child_subscribers.take_gone(run_id, None);
+        self.runs_gone(run_id, gone);
         Ok(())
     }
 

@@ -30,9 +30,11 @@ struct Subscription {
     /// start the child again.
     ended: bool,
     /// The child is not the parent's own (`ctx.child` of a run something else
-    /// started): its end is posted only to its recorded parent, so a host that
-    /// does not own it has to look for the end itself ([`Subscriptions::attached`]).
-    attached: bool,
+    /// started): the creation time of the run under the id when the wait was
+    /// made. Its end is posted only to its recorded parent, so a host that does
+    /// not own it looks for the end itself ([`Subscriptions::attached`]); and a
+    /// later run under the id (that one deleted) is not the one waited on.
+    attached: Option<u64>,
 }
 
 impl Subscriptions {
@@ -53,7 +55,7 @@ impl Subscriptions {
             link: link.clone(),
             started: false,
             ended: false,
-            attached: false,
+            attached: None,
         });
         t.by_parent
             .entry(link.run_id.clone())
@@ -67,9 +69,10 @@ impl Subscriptions {
         self.update(child, link, |s| s.started = true);
     }
 
-    /// Notes that `link` waits on `child` without being its recorded parent.
-    pub(super) fn attach(&self, child: &str, link: &ParentLink) {
-        self.update(child, link, |s| s.attached = true);
+    /// Notes that `link` waits on `child` without being its recorded parent: on
+    /// the run under that id created at `created_at`.
+    pub(super) fn attach(&self, child: &str, link: &ParentLink, created_at: u64) {
+        self.update(child, link, |s| s.attached = Some(created_at));
     }
 
     /// Updates `link`'s subscription to `child`, if it is still subscribed.
@@ -87,7 +90,8 @@ impl Subscriptions {
     /// The children (all of them, or `child` if it is one) that a run here waits on
     /// without being their recorded parent, and that have not been seen to end.
     pub(super) fn attached(&self, child: Option<&str>) -> Vec<String> {
-        let waits = |list: &Vec<Subscription>| list.iter().any(|s| s.attached && !s.ended);
+        let waits =
+            |list: &Vec<Subscription>| list.iter().any(|s| s.attached.is_some() && !s.ended);
         let t = self.lock();
         match child {
             Some(child) => t
@@ -153,21 +157,50 @@ impl Subscriptions {
             .unwrap_or_default()
     }
 
-    /// `child` has ended: returns everyone subscribed to it and not yet told. Their
-    /// entries stay until the end is delivered ([`Subscriptions::unsubscribe`]).
-    pub(crate) fn take(&self, child: &str) -> Vec<ParentLink> {
-        self.lock()
-            .by_child
-            .get_mut(child)
-            .map(|list| {
-                list.iter_mut()
-                    .filter_map(|s| {
-                        (!std::mem::replace(&mut s.ended, true)).then(|| s.link.clone())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+    /// The run under `child` created at `created_at` has ended: returns everyone
+    /// subscribed to it and not yet told (only the attached waits, with
+    /// `attached_only`), and apart (`gone`) the attached waits on an earlier run
+    /// under the id, deleted since. Their entries stay until the end is delivered
+    /// ([`Subscriptions::unsubscribe`]).
+    pub(crate) fn take(&self, child: &str, created_at: u64, attached_only: bool) -> Taken {
+        let mut taken = Taken::default();
+        if let Some(list) = self.lock().by_child.get_mut(child) {
+            for s in list.iter_mut().filter(|s| !s.ended) {
+                match s.attached {
+                    None if attached_only => continue,
+                    Some(run) if run != created_at => taken.gone.push(s.link.clone()),
+                    _ => taken.ended.push(s.link.clone()),
+                }
+                s.ended = true;
+            }
+        }
+        taken
     }
+
+    /// The attached waits on `child` whose run is no longer under the id (the run
+    /// there now was created at `current`, or none is): taken as for
+    /// [`Subscriptions::take`].
+    pub(super) fn take_gone(&self, child: &str, current: Option<u64>) -> Vec<ParentLink> {
+        let mut gone = Vec::new();
+        if let Some(list) = self.lock().by_child.get_mut(child) {
+            for s in list.iter_mut().filter(|s| !s.ended) {
+                if s.attached.is_some_and(|run| Some(run) != current) {
+                    gone.push(s.link.clone());
+                    s.ended = true;
+                }
+            }
+        }
+        gone
+    }
+}
+
+/// What [`Subscriptions::take`] found.
+#[derive(Default)]
+pub(crate) struct Taken {
+    /// Told the end of the run.
+    pub(crate) ended: Vec<ParentLink>,
+    /// Waiting on an earlier run under the id, deleted since.
+    pub(crate) gone: Vec<ParentLink>,
 }
 
 impl Table {
