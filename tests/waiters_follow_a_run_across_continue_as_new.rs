@@ -29,7 +29,8 @@ use cas_workflows::*;
 use common::within;
 use reel::{Error, Event, Host, RunStatus};
 
-const LIMIT: Duration = Duration::from_secs(20);
+/// How often a wait for a run's segment looks again.
+const NAP: Duration = Duration::from_millis(5);
 
 async fn open(dir: &std::path::Path) -> reel::Result<Host> {
     Host::builder()
@@ -42,47 +43,6 @@ async fn open(dir: &std::path::Path) -> reel::Result<Host> {
         .await
 }
 
-/// Waits until the run is in segment `segment` and suspended there.
-async fn until_segment(host: &Host, id: &str, segment: u32) -> anyhow::Result<RunStatus> {
-    let run = host.run(id);
-    within(
-        LIMIT,
-        &format!("{id} in segment {segment}, waiting"),
-        async {
-            loop {
-                let info = match run.info().await {
-                    // A child its parent has not started yet.
-                    Err(Error::UnknownRun(_)) => {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                        continue;
-                    }
-                    info => info?,
-                };
-                if info.segment == segment && matches!(info.status, RunStatus::Suspended { .. }) {
-                    return anyhow::Ok(info.status);
-                }
-                if info.segment > segment || ended(&info.status) {
-                    anyhow::bail!("{id} went past segment {segment}: {info:?}");
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        },
-    )
-    .await?
-}
-
-fn ended(s: &RunStatus) -> bool {
-    matches!(
-        s,
-        RunStatus::Completed | RunStatus::Failed { .. } | RunStatus::Cancelled
-    )
-}
-
-fn count(events: &[Event], kind: &str) -> usize {
-    events.iter().filter(|e| e.kind() == kind).count()
-}
-
-/// Spawns `n` `result()` callers on the run.
 fn callers(host: &Host, id: &str, n: usize) -> Vec<tokio::task::JoinHandle<reel::Result<String>>> {
     (0..n)
         .map(|_| {
@@ -113,10 +73,10 @@ async fn result_callers_of_segment_zero_get_the_last_segments_end() -> anyhow::R
         for end in [End::Complete, End::Fail, End::Cancel] {
             let id = format!("hop-{hops}-{end:?}");
             let run = host.start::<Hopper>(&id, (hops, Vec::new(), end)).await?;
-            until_segment(&host, &id, 0).await?;
+            until_segment(&host, &id, 0, NAP).await?;
             let waits = callers(&host, &id, 3);
             for k in 0..=hops {
-                let status = until_segment(&host, &id, k).await?;
+                let status = until_segment(&host, &id, k, NAP).await?;
                 assert_eq!(
                     status,
                     RunStatus::Suspended {
@@ -137,7 +97,7 @@ async fn result_callers_of_segment_zero_get_the_last_segments_end() -> anyhow::R
             }
             let want: Vec<String> = (0..=hops).map(|k| format!("g{k}")).collect();
             if end == End::Cancel {
-                until_segment(&host, &id, hops).await?;
+                until_segment(&host, &id, hops, NAP).await?;
                 run.cancel("enough").await?;
             }
             for (i, got) in answers(waits).await?.into_iter().enumerate() {
@@ -170,10 +130,10 @@ async fn result_callers_get_a_cancel_of_a_middle_segment() -> anyhow::Result<()>
     let run = host
         .start::<Hopper>("mid", (3, Vec::new(), End::Complete))
         .await?;
-    until_segment(&host, "mid", 0).await?;
+    until_segment(&host, "mid", 0, NAP).await?;
     let waits = callers(&host, "mid", 3);
     run.signal("go", "a", "go-a").await?;
-    until_segment(&host, "mid", 1).await?;
+    until_segment(&host, "mid", 1, NAP).await?;
     run.cancel("mid-way").await?;
     for got in answers(waits).await? {
         assert!(
@@ -196,7 +156,7 @@ async fn result_callers_racing_the_switch_get_the_last_segment() -> anyhow::Resu
         let run = host
             .start::<Hopper>(&id, (1, Vec::new(), End::Complete))
             .await?;
-        until_segment(&host, &id, 0).await?;
+        until_segment(&host, &id, 0, NAP).await?;
         let send = {
             let run = run.clone();
             tokio::spawn(async move { run.signal("go", "a", "go-a").await })
@@ -207,7 +167,7 @@ async fn result_callers_racing_the_switch_get_the_last_segment() -> anyhow::Resu
             tokio::task::yield_now().await;
         }
         within(LIMIT, "the go", send).await???;
-        until_segment(&host, &id, 1).await?;
+        until_segment(&host, &id, 1, NAP).await?;
         waits.extend(callers(&host, &id, 2));
         run.signal("go", "b", "go-b").await?;
         for got in answers(waits).await? {
@@ -230,12 +190,12 @@ async fn a_parent_gets_the_last_end_of_its_hopping_child() -> anyhow::Result<()>
         let parent = host.start::<Waiter>(&p, (c.clone(), 2, end, 0)).await?;
         let kid = host.handle::<Hopper>(&c);
         for k in 0..3 {
-            until_segment(&host, &c, k).await?;
+            until_segment(&host, &c, k, NAP).await?;
             kid.signal("go", &format!("g{k}"), &format!("go-{k}"))
                 .await?;
         }
         if end == End::Cancel {
-            until_segment(&host, &c, 2).await?;
+            until_segment(&host, &c, 2, NAP).await?;
             kid.cancel("from outside").await?;
         }
         let out = within(LIMIT, "the parent", parent.result()).await??;
@@ -271,12 +231,12 @@ async fn an_attached_wait_gets_the_last_end_of_a_hopping_run() -> anyhow::Result
             .await?;
         waiter.wait_until_suspended().await?;
         for k in 0..3 {
-            until_segment(&host, &theirs, k).await?;
+            until_segment(&host, &theirs, k, NAP).await?;
             run.signal("go", &format!("g{k}"), &format!("go-{k}"))
                 .await?;
         }
         if end == End::Cancel {
-            until_segment(&host, &theirs, 2).await?;
+            until_segment(&host, &theirs, 2, NAP).await?;
             run.cancel("theirs cancelled").await?;
         }
         let out = within(LIMIT, "the attached waiter", waiter.result()).await??;
@@ -307,7 +267,7 @@ async fn a_hopping_waiter_spares_the_run_it_attached_to() -> anyhow::Result<()> 
         .start::<Waiter>("hopping-att", ("spared".into(), 9, End::Complete, 2))
         .await?;
     for k in 0..3 {
-        until_segment(&host, "hopping-att", k).await?;
+        until_segment(&host, "hopping-att", k, NAP).await?;
         if k < 2 {
             waiter.signal("hop", &(), &format!("hop-{k}")).await?;
         }
@@ -318,7 +278,7 @@ async fn a_hopping_waiter_spares_the_run_it_attached_to() -> anyhow::Result<()> 
         "the attached run goes on after the waiter's hops: {status:?}"
     );
     run.signal("go", "a", "go-a").await?;
-    until_segment(&host, "spared", 1).await?;
+    until_segment(&host, "spared", 1, NAP).await?;
     run.signal("go", "b", "go-b").await?;
     assert_eq!(
         within(LIMIT, "the hopping waiter", waiter.result()).await??,
@@ -328,7 +288,7 @@ async fn a_hopping_waiter_spares_the_run_it_attached_to() -> anyhow::Result<()> 
     let waiter = host
         .start::<Waiter>("hopping-own", ("own-kid".into(), 9, End::Complete, 1))
         .await?;
-    until_segment(&host, "hopping-own", 0).await?;
+    until_segment(&host, "hopping-own", 0, NAP).await?;
     waiter.signal("hop", &(), "hop-0").await?;
     let kid = host.handle::<Hopper>("own-kid");
     let err = within(LIMIT, "the own child", kid.result())
@@ -353,9 +313,9 @@ async fn a_hopping_child_of_a_cancelled_parent_is_cancelled() -> anyhow::Result<
             .start::<Waiter>(&p, (c.clone(), 3, End::Complete, 0))
             .await?;
         let kid = host.handle::<Hopper>(&c);
-        until_segment(&host, &c, 0).await?;
+        until_segment(&host, &c, 0, NAP).await?;
         kid.signal("go", "a", "go-a").await?;
-        until_segment(&host, &c, 1).await?;
+        until_segment(&host, &c, 1, NAP).await?;
         if i % 2 == 0 {
             // After the switch.
             parent.cancel("parent cancelled").await?;
@@ -396,7 +356,7 @@ async fn signals_around_the_switch_arrive_once() -> anyhow::Result<()> {
     for i in 0..12 {
         let id = format!("col-{i}");
         let run = host.start::<Collector>(&id, 0).await?;
-        until_segment(&host, &id, 0).await?;
+        until_segment(&host, &id, 0, NAP).await?;
         // Before the switch; its id sent again racing the switch and after it.
         run.signal("x", &1u32, "x-1").await?;
         let racer = {
@@ -411,7 +371,7 @@ async fn signals_around_the_switch_arrive_once() -> anyhow::Result<()> {
         };
         run.signal("switch", &(), "switch").await?;
         within(LIMIT, "the racing sender", racer).await???;
-        until_segment(&host, &id, 1).await?;
+        until_segment(&host, &id, 1, NAP).await?;
         for n in [1u32, 3, 5] {
             run.signal("x", &n, &format!("x-{n}")).await?;
         }

@@ -25,7 +25,8 @@ use cas_workflows::*;
 use reel::{Error, Event, Host, RunStatus};
 use support::hosts::{owned_by, shutdown_all, spread};
 
-const LIMIT: Duration = Duration::from_secs(20);
+/// How often a wait for a run's segment looks again.
+const NAP: Duration = Duration::from_millis(10);
 
 async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
     Ok(support::hosts::joined(url, name)
@@ -36,45 +37,6 @@ async fn host(url: &str, name: &str) -> anyhow::Result<Host> {
         .register(Collector)
         .build()
         .await?)
-}
-
-fn ended(s: &RunStatus) -> bool {
-    matches!(
-        s,
-        RunStatus::Completed | RunStatus::Failed { .. } | RunStatus::Cancelled
-    )
-}
-
-fn count(events: &[Event], kind: &str) -> usize {
-    events.iter().filter(|e| e.kind() == kind).count()
-}
-
-/// Waits until the run, as `host` reads it, is in segment `segment` and
-/// suspended there.
-async fn until_segment(host: &Host, id: &str, segment: u32) -> anyhow::Result<RunStatus> {
-    let run = host.run(id);
-    let wait = async {
-        loop {
-            let info = match run.info().await {
-                // A child its parent has not started yet.
-                Err(Error::UnknownRun(_)) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-                info => info?,
-            };
-            if info.segment == segment && matches!(info.status, RunStatus::Suspended { .. }) {
-                return anyhow::Ok(info.status);
-            }
-            if info.segment > segment || ended(&info.status) {
-                anyhow::bail!("{id} went past segment {segment}: {info:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(LIMIT, wait)
-        .await
-        .map_err(|_| anyhow::anyhow!("{id} never waited in segment {segment}"))?
 }
 
 type Waits = Vec<(String, tokio::task::JoinHandle<reel::Result<String>>)>;
@@ -114,11 +76,11 @@ async fn result_callers_on_another_host_get_the_last_segments_end() -> anyhow::R
     let mut bad = Vec::new();
     for ((hops, end), id) in cases.into_iter().zip(ids) {
         let run = h0.start::<Hopper>(&id, (hops, Vec::new(), end)).await?;
-        until_segment(h0, &id, 0).await?;
+        until_segment(h0, &id, 0, NAP).await?;
         let mut waits = Vec::new();
         callers(&[h0, h0, h1], &id, &mut waits);
         for k in 0..=hops {
-            let status = until_segment(h0, &id, k).await?;
+            let status = until_segment(h0, &id, k, NAP).await?;
             assert_eq!(
                 status,
                 RunStatus::Suspended {
@@ -136,7 +98,7 @@ async fn result_callers_on_another_host_get_the_last_segments_end() -> anyhow::R
                 .await?;
         }
         if end == End::Cancel {
-            until_segment(h0, &id, hops).await?;
+            until_segment(h0, &id, hops, NAP).await?;
             run.cancel("enough").await?;
         }
         let want: Vec<String> = (0..=hops).map(|k| format!("g{k}")).collect();
@@ -191,15 +153,15 @@ async fn waits_on_a_hopping_run_of_another_host_get_its_last_end() -> anyhow::Re
             h1.start::<Hopper>(k, (2, Vec::new(), end)).await?;
         }
         let waiter = h1.start::<Waiter>(p, (k.clone(), 2, end, 0)).await?;
-        until_segment(h0, p, 0).await?;
+        until_segment(h0, p, 0, NAP).await?;
         let kid = h0.handle::<Hopper>(k);
         for s in 0..3 {
-            until_segment(h0, k, s).await?;
+            until_segment(h0, k, s, NAP).await?;
             kid.signal("go", &format!("g{s}"), &format!("go-{s}"))
                 .await?;
         }
         if end == End::Cancel {
-            until_segment(h0, k, 2).await?;
+            until_segment(h0, k, 2, NAP).await?;
             kid.cancel("from outside").await?;
         }
         let out = match tokio::time::timeout(LIMIT, waiter.result()).await {
@@ -249,7 +211,7 @@ async fn a_hopping_waiter_spares_the_run_it_attached_to_on_another_host() -> any
         .start::<Waiter>(&p_att, (k_att.clone(), 9, End::Complete, 2))
         .await?;
     for s in 0..3 {
-        until_segment(h0, &p_att, s).await?;
+        until_segment(h0, &p_att, s, NAP).await?;
         if s < 2 {
             waiter.signal("hop", &(), &format!("hop-{s}")).await?;
         }
@@ -257,7 +219,7 @@ async fn a_hopping_waiter_spares_the_run_it_attached_to_on_another_host() -> any
     // Give a stray cancel letter every chance to land: the run still takes its
     // signal in segment 0.
     run.signal("go", "a", "go-a").await?;
-    until_segment(h0, &k_att, 1).await?;
+    until_segment(h0, &k_att, 1, NAP).await?;
     run.signal("go", "b", "go-b").await?;
     assert_eq!(
         within("the hopping waiter", waiter.result()).await??,
@@ -267,8 +229,8 @@ async fn a_hopping_waiter_spares_the_run_it_attached_to_on_another_host() -> any
     let waiter = h1
         .start::<Waiter>(&p_own, (k_own.clone(), 9, End::Complete, 1))
         .await?;
-    until_segment(h0, &p_own, 0).await?;
-    until_segment(h0, &k_own, 0).await?;
+    until_segment(h0, &p_own, 0, NAP).await?;
+    until_segment(h0, &k_own, 0, NAP).await?;
     waiter.signal("hop", &(), "hop-0").await?;
     let got = within("the own child", h0.handle::<Hopper>(&k_own).result()).await?;
     assert!(
@@ -298,9 +260,9 @@ async fn a_hopping_child_of_a_cancelled_parent_on_another_host_is_cancelled() ->
             .start::<Waiter>(p, (c.clone(), 3, End::Complete, 0))
             .await?;
         let kid = h0.handle::<Hopper>(c);
-        until_segment(h0, c, 0).await?;
+        until_segment(h0, c, 0, NAP).await?;
         kid.signal("go", "a", "go-a").await?;
-        until_segment(h0, c, 1).await?;
+        until_segment(h0, c, 1, NAP).await?;
         if i % 2 == 0 {
             parent.cancel("parent cancelled").await?;
         } else {
@@ -335,7 +297,7 @@ async fn signals_through_another_host_around_the_switch_arrive_once() -> anyhow:
     let mut bad = Vec::new();
     for id in owned_by(&owners, 1, "col", N) {
         let run = h0.start::<Collector>(&id, 0).await?;
-        until_segment(h0, &id, 0).await?;
+        until_segment(h0, &id, 0, NAP).await?;
         run.signal("x", &1u32, "x-1").await?;
         let racer = {
             let run = run.clone();
@@ -349,7 +311,7 @@ async fn signals_through_another_host_around_the_switch_arrive_once() -> anyhow:
         };
         run.signal("switch", &(), "switch").await?;
         within("the racing sender", racer).await???;
-        until_segment(h0, &id, 1).await?;
+        until_segment(h0, &id, 1, NAP).await?;
         // Again through both hosts.
         for n in [1u32, 3, 5] {
             run.signal("x", &n, &format!("x-{n}")).await?;
@@ -417,7 +379,7 @@ async fn wait_until_suspended_on_another_host_across_the_switch() -> anyhow::Res
                 run.info().await
             )),
         }
-        let info = until_segment(h0, &id, 1).await;
+        let info = until_segment(h0, &id, 1, NAP).await;
         if info.is_err() {
             bad.push(format!("{id}: {info:?}"));
         }

@@ -284,7 +284,7 @@ impl Ctx {
         };
         metrics::histogram!(reel_storage::metrics::STEP_SECONDS)
             .record(started.elapsed().as_secs_f64());
-        // Literal labels: the key is built once per call site, not per attempt.
+        // Literal labels are static: no label vector is allocated per attempt.
         if matches!(ran, Ok(Ok(_))) {
             metrics::counter!(reel_storage::metrics::STEP_ATTEMPTS, "outcome" => "ok").increment(1);
         } else {

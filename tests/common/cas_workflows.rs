@@ -1,4 +1,4 @@
-//! The workflows of the tests of waiters across continue-as-new, on fjall
+//! The workflows and waits of the tests of waiters across continue-as-new, on fjall
 //! (`tests/waiters_follow_a_run_across_continue_as_new.rs`) and on Postgres
 //! (`postgres/tests/waiters_follow_a_run_across_continue_as_new_on_postgres.rs`).
 
@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use reel::{Ctx, Error, Workflow};
+use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
@@ -129,4 +129,51 @@ impl Workflow for Collector {
         }
         Ok(got)
     }
+}
+
+/// How long a test waits for what it expects.
+pub(crate) const LIMIT: Duration = Duration::from_secs(20);
+
+pub(crate) fn ended(s: &RunStatus) -> bool {
+    matches!(
+        s,
+        RunStatus::Completed | RunStatus::Failed { .. } | RunStatus::Cancelled
+    )
+}
+
+pub(crate) fn count(events: &[Event], kind: &str) -> usize {
+    events.iter().filter(|e| e.kind() == kind).count()
+}
+
+/// Waits (looking every `nap`) until the run, as `host` reads it, is in segment
+/// `segment` and suspended there.
+pub(crate) async fn until_segment(
+    host: &Host,
+    id: &str,
+    segment: u32,
+    nap: Duration,
+) -> anyhow::Result<RunStatus> {
+    let run = host.run(id);
+    let wait = async {
+        loop {
+            let info = match run.info().await {
+                // A child its parent has not started yet.
+                Err(Error::UnknownRun(_)) => {
+                    tokio::time::sleep(nap).await;
+                    continue;
+                }
+                info => info?,
+            };
+            if info.segment == segment && matches!(info.status, RunStatus::Suspended { .. }) {
+                return anyhow::Ok(info.status);
+            }
+            if info.segment > segment || ended(&info.status) {
+                anyhow::bail!("{id} went past segment {segment}: {info:?}");
+            }
+            tokio::time::sleep(nap).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, wait)
+        .await
+        .map_err(|_| anyhow::anyhow!("{id} never waited in segment {segment}"))?
 }

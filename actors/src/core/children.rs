@@ -257,25 +257,17 @@ impl Core {
     /// was deleted (a later run under the id, if any, is not theirs): their
     /// `ctx.child` fails.
     pub(super) fn runs_gone(&self, child: &str, waits: Vec<ParentLink>) {
-        for link in waits {
-            let delivery = Delivery::ChildDone {
-                wait_id: link.wait_id.clone(),
-                child: child.to_owned(),
-                result: Err(Failure::Other(format!(
-                    "run `{child}` was deleted while this run waited on it"
-                ))),
-            };
-            if let Some(delivered) = self.spawn_delivery(link.run_id.clone(), delivery) {
-                let core = self.me.clone();
-                let child = child.to_owned();
-                tokio::spawn(async move {
-                    let _ = delivered.await;
-                    if let Some(core) = core.upgrade() {
-                        core.unsubscribe(&child, &link);
-                    }
-                });
-            }
+        if waits.is_empty() {
+            return;
         }
+        let Some(core) = self.me.upgrade() else {
+            return;
+        };
+        let child = child.to_owned();
+        let result = Err(Failure::Other(format!(
+            "run `{child}` was deleted while this run waited on it"
+        )));
+        tokio::spawn(async move { core.deliver_child_done(&child, &result, waits).await });
     }
 
     /// Delivers `failure` to the parent as its child's result.
@@ -360,23 +352,35 @@ impl Core {
                 }
                 None => return,
             };
-            let deliveries: Vec<_> = parents
-                .into_iter()
-                .filter_map(|p| {
-                    let delivery = Delivery::ChildDone {
-                        wait_id: p.wait_id.clone(),
-                        child: child.run_id.clone(),
-                        result: result.clone(),
-                    };
-                    Some((core.spawn_delivery(p.run_id.clone(), delivery)?, p))
-                })
-                .collect();
-            // Delivered (or given up): a parent executing again from now on finds the
-            // child's end in its log, or asks again.
-            for (delivered, p) in deliveries {
-                let _ = delivered.await;
-                core.unsubscribe(&child.run_id, &p);
-            }
+            core.deliver_child_done(&child.run_id, &result, parents)
+                .await;
         });
+    }
+
+    /// Delivers `result` as the end of `child` to each wait in `waits`, then drops
+    /// each one's subscription once its delivery is done.
+    async fn deliver_child_done(
+        &self,
+        child: &str,
+        result: &Result<Payload, Failure>,
+        waits: Vec<ParentLink>,
+    ) {
+        let deliveries: Vec<_> = waits
+            .into_iter()
+            .filter_map(|p| {
+                let delivery = Delivery::ChildDone {
+                    wait_id: p.wait_id.clone(),
+                    child: child.to_owned(),
+                    result: result.clone(),
+                };
+                Some((self.spawn_delivery(p.run_id.clone(), delivery)?, p))
+            })
+            .collect();
+        // Delivered (or given up): a parent executing again from now on finds the
+        // child's end in its log, or asks again.
+        for (delivered, p) in deliveries {
+            let _ = delivered.await;
+            self.unsubscribe(child, &p);
+        }
     }
 }

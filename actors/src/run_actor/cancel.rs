@@ -50,8 +50,6 @@ impl RunActor {
             .await
     }
 
-    /// The reason of `d` if it is a cancel that a run whose log cannot be read
-    /// takes (it takes no other message): from outside, or from its own parent.
     /// The run whose cancel (its parent-close policy, or its own cancel passed on)
     /// this run takes: the parent that started it and waits on it. A run started
     /// detached (`ctx.start_child`) has none, whatever later waits on it: its
@@ -64,6 +62,8 @@ impl RunActor {
             .map(|p| p.run_id.as_str())
     }
 
+    /// The reason of `d` if it is a cancel that a run whose log cannot be read
+    /// takes (it takes no other message): from outside, or from its own parent.
     pub(super) fn cancel_while_unreadable(&self, d: &Delivery) -> Option<String> {
         let Delivery::Cancel {
             reason,
