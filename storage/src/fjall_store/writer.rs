@@ -293,7 +293,7 @@ fn commit_batch(
         }));
     let mut accepted = Vec::with_capacity(pending.len());
     let mut refused = Vec::new();
-    for req in pending.drain(..) {
+    for req in in_key_order(pending) {
         let a = &req.append;
         if let Some(expected) = a.expected_seq {
             let actual = match cache.next_seq(ks, &a.run_id) {
@@ -409,6 +409,30 @@ fn commit_batch(
     for (reply, conflict) in refused {
         let _ = reply.send(Err(conflict));
     }
+}
+
+/// Takes the batch's appends in the order of their runs' ids, each run's appends
+/// in the order they were submitted. The memtable's skiplist then takes the keys
+/// in ascending order, each insert's search path next to the last one's and
+/// still in the cache: in submission order (runs finishing their steps in any
+/// order) every insert searched cold memory: about 5% more user CPU in the
+/// throughput benchmark. The order between runs means nothing: the batch commits
+/// whole. Indices are sorted, not the requests, which are large to move.
+fn in_key_order(pending: &mut Vec<Request>) -> Vec<Request> {
+    // The index breaks ties: a run's appends keep their order (their sequence
+    // checks depend on it), with an unstable sort.
+    let mut keyed: Vec<(&str, usize)> = pending
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.append.run_id.as_str(), i))
+        .collect();
+    keyed.sort_unstable();
+    let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
+    let mut taken: Vec<Option<Request>> = pending.drain(..).map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|i| taken.get_mut(i).and_then(Option::take))
+        .collect()
 }
 
 /// Adds to `batch` the removal of everything of a run. Reads first (the log's
