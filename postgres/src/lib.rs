@@ -16,7 +16,7 @@
 //! ```
 //!
 //! # Layout
-//! The modules form no import circle. Leaves: `rows` (pooled connections, sequence
+//! The modules form no import circle. Leaves: `connection`, `rows` (pooled connections, sequence
 //! numbers, metadata and timer scans), `membership` ([`ClusterConfig`], the
 //! partitions held, the notice listener, the lease fence and inbox posts a write
 //! makes), `listing`, and `schema` above it; `writer` uses those; `store` uses
@@ -35,6 +35,9 @@
 //! - `cluster`: several hosts over one database ([`PgStore::join`], the `Cluster`
 //!   trait): leases of partitions, the inbox.
 //! - `rows`: row helpers every module shares.
+//! - `connection`: what every connection is opened with: bounds on waiting for a
+//!   silent server (connect timeout, TCP keepalives and send timeout), and a
+//!   member's fence on stalled transactions.
 //!
 //! # Tables
 //! - `reel_schema (key, value)`: `format` (the log format, [`reel_storage::FORMAT_VERSION`])
@@ -82,6 +85,7 @@
 
 mod admission;
 mod cluster;
+mod connection;
 mod listing;
 mod membership;
 mod rows;

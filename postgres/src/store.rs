@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use reel_storage::listing::{MetaPage, RunQuery};
@@ -15,6 +14,7 @@ use tokio::runtime::{Handle, Runtime};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 
+use crate::connection::{bound_silences, fence_stalled_transactions};
 use crate::membership::{ClusterConfig, Membership, listen};
 use crate::rows::{get, scan_meta, scan_timers, seq_sql};
 use crate::writer::{Encoded, Listener, Request, writer_loop};
@@ -78,6 +78,7 @@ impl PgStore {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StorageError::Io(format!("postgres URL: {e}")))?;
+        bound_silences(&mut config, cluster.as_ref().map(|c| c.lease_ttl));
         if let Some(cluster) = &cluster {
             fence_stalled_transactions(&mut config, cluster.lease_ttl);
         }
@@ -201,24 +202,6 @@ async fn claim_host_id(client: &Object, config: &ClusterConfig) -> Result<()> {
         }
         tokio::time::sleep(config.lease_ttl / 8).await;
     }
-}
-
-/// A member's write transactions lock their partitions' lease rows: one left
-/// open by a stalled process (frozen, or cut off while the server still sees
-/// its session) would keep other hosts from taking those partitions over for as
-/// long as the session lives. The server ends a session idle inside a
-/// transaction for a lease time, which releases its locks; the member's own
-/// lease has run out by then, and its next write fails.
-fn fence_stalled_transactions(config: &mut tokio_postgres::Config, lease_ttl: Duration) {
-    let timeout = format!(
-        "-c idle_in_transaction_session_timeout={}",
-        lease_ttl.as_millis().max(1)
-    );
-    let options = match config.get_options() {
-        Some(given) if !given.is_empty() => format!("{given} {timeout}"),
-        _ => timeout,
-    };
-    config.options(&options);
 }
 
 /// A sequence number as read back.
