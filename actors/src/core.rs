@@ -74,12 +74,15 @@ use waiters::Changed;
 type LiveCell = Arc<OnceCell<ActorRef<RunActor>>>;
 
 /// What [`Core::start`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Started {
     /// A new run was created.
     Created,
-    /// A run of the same workflow already had this id; nothing changed.
-    Existing,
+    /// A run of the same workflow already had this id; nothing changed. Its
+    /// record as the start found it: a caller that goes on with the run (a child
+    /// call waiting on it) keeps to that run by its creation time, should it be
+    /// deleted and its id used again meanwhile.
+    Existing(Box<RunMeta>),
 }
 
 /// The shared state of one host. Runs, the timer service and the supervisors hold
@@ -386,9 +389,9 @@ impl Core {
         self.notify_settled(&meta.run_id, meta, output);
         // It waits on no child any more (see `Subscriptions::forget_parent`).
         self.child_subscribers.forget_parent(&meta.run_id);
-        let taken = self
-            .child_subscribers
-            .take(&meta.run_id, meta.created_at, false);
+        let taken =
+            self.child_subscribers
+                .take(&meta.run_id, meta.created_at, meta.parent.as_ref(), false);
         self.runs_gone(&meta.run_id, taken.gone);
         let parents = meta.parent.iter().cloned().chain(taken.ended);
         self.notify_parents(meta, output, parents);

@@ -63,6 +63,14 @@ impl Core {
     }
 }
 
+/// What a wait on the run `child` gets when that run was deleted before its end
+/// reached the wait (a later run under the id is not the one waited on).
+fn deleted(child: &str) -> Failure {
+    Failure::Other(format!(
+        "run `{child}` was deleted while this run waited on it"
+    ))
+}
+
 /// Whether trying the same thing again later can succeed.
 fn is_passing(e: &ActorError) -> bool {
     match e {
@@ -170,23 +178,30 @@ impl Core {
             );
             return Ok(());
         }
-        self.child_subscribers.started(&c.run_id, &c.link);
         // A child created now did not exist when the parent subscribed: its end
         // reaches the parent through the subscription. One that existed may have
-        // ended before.
-        if started == Started::Existing
-            && let Some(meta) = self.meta(&c.run_id).await?
-        {
-            if meta.state.is_finished() {
-                self.unsubscribe(&c.run_id, &c.link);
-                self.notify_parents(&meta, None, std::iter::once(c.link.clone()));
-            } else if meta.parent.as_ref() != Some(&c.link) {
-                // Not this parent's own child: its end is posted only to its recorded
-                // parent. Its owner tells the subscribers it has; another host looks
-                // for the end itself (`hear_remote_ends`).
-                self.child_subscribers
-                    .attach(&c.run_id, &c.link, meta.created_at);
-            }
+        // ended before. The run waited on is the one the start found, as the
+        // start read it: the id is not read again, as a run deleted since and its
+        // id taken by a new run would give the call the new run.
+        let Started::Existing(found) = started else {
+            self.child_subscribers.started(&c.run_id, &c.link, None);
+            return Ok(());
+        };
+        if found.state.is_finished() {
+            self.unsubscribe(&c.run_id, &c.link);
+            self.notify_parents(&found, None, std::iter::once(c.link.clone()));
+        } else if found.parent.as_ref() == Some(&c.link) {
+            self.child_subscribers.started(&c.run_id, &c.link, None);
+        } else {
+            // Not this parent's own child: its end is posted only to its recorded
+            // parent. Its owner tells the subscribers it has; another host looks
+            // for the end itself (`hear_remote_ends`). An end taken before the
+            // subscription knew the run was not told to it (`Subscriptions::take`):
+            // the run is looked at once more, by its creation time.
+            self.child_subscribers
+                .started(&c.run_id, &c.link, Some(found.created_at));
+            let now = self.meta(&c.run_id).await?;
+            self.settle_attached(&c.run_id, now);
         }
         Ok(())
     }
@@ -200,20 +215,33 @@ impl Core {
                 continue;
             }
             match self.meta(&child).await {
-                Ok(Some(meta)) if meta.state.is_finished() => {
-                    // The recorded parent hears by mail: only the attached waits.
-                    let taken = self.child_subscribers.take(&child, meta.created_at, true);
-                    self.runs_gone(&child, taken.gone);
-                    self.notify_parents(&meta, None, taken.ended.into_iter());
-                }
-                Ok(meta) => {
-                    let current = meta.map(|m| m.created_at);
-                    let gone = self.child_subscribers.take_gone(&child, current);
-                    self.runs_gone(&child, gone);
-                }
+                Ok(meta) => self.settle_attached(&child, meta),
                 Err(e) => {
                     tracing::warn!(child, error = %e, "reel: could not read a run waited on here; looking again at the next poll");
                 }
+            }
+        }
+    }
+
+    /// Delivers to the attached waits on `child` (see [`Subscriptions::take`]) what
+    /// `meta`, the run under the id as just read, says of theirs: its end, if it is
+    /// their run and has ended; that their run was deleted, if it is another run
+    /// or none. The recorded parent hears by mail: only the attached waits.
+    ///
+    /// [`Subscriptions::take`]: super::subscriptions::Subscriptions::take
+    fn settle_attached(&self, child: &str, meta: Option<RunMeta>) {
+        match meta {
+            Some(meta) if meta.state.is_finished() => {
+                let taken = self
+                    .child_subscribers
+                    .take(child, meta.created_at, None, true);
+                self.runs_gone(child, taken.gone);
+                self.notify_parents(&meta, None, taken.ended.into_iter());
+            }
+            meta => {
+                let current = meta.map(|m| m.created_at);
+                let gone = self.child_subscribers.take_gone(child, current);
+                self.runs_gone(child, gone);
             }
         }
     }
@@ -264,9 +292,7 @@ impl Core {
             return;
         };
         let child = child.to_owned();
-        let result = Err(Failure::Other(format!(
-            "run `{child}` was deleted while this run waited on it"
-        )));
+        let result = Err(deleted(&child));
         tokio::spawn(async move { core.deliver_child_done(&child, &result, waits).await });
     }
 
@@ -294,15 +320,32 @@ impl Core {
         self.child_subscribers.unsubscribe(child_run_id, link);
     }
 
-    /// A completed child's output, read from its log. A passing read failure is
-    /// retried: delivered, it would be the parent's child result for good. `None` once
-    /// the host closes (the parent asks again after the restart).
-    async fn child_output(&self, run_id: &str) -> Option<Result<Payload, Failure>> {
+    /// The output of the completed child `run_id` created at `created_at`, read
+    /// from its log. The log read is the run's only if the run is still there
+    /// after it: once deleted, the id may hold a new run's log, and the child is
+    /// answered as deleted. A passing read failure is retried: delivered, it would
+    /// be the parent's child result for good. `None` once the host closes (the
+    /// parent asks again after the restart).
+    async fn child_output(
+        &self,
+        run_id: &str,
+        created_at: u64,
+    ) -> Option<Result<Payload, Failure>> {
         let mut backoff = Duration::from_millis(20);
         loop {
-            let failure = match self.last_event(run_id).await {
-                Ok(Some(Event::RunCompleted { output })) => return Some(Ok(output)),
-                Ok(other) => Failure::Other(format!("child `{run_id}` has no result ({other:?})")),
+            let read = match self.last_event(run_id).await {
+                Ok(last) => self
+                    .meta(run_id)
+                    .await
+                    .map(|now| (last, now.is_some_and(|m| m.created_at == created_at))),
+                Err(e) => Err(e),
+            };
+            let failure = match read {
+                Ok((_, false)) => deleted(run_id),
+                Ok((Some(Event::RunCompleted { output }), true)) => return Some(Ok(output)),
+                Ok((other, true)) => {
+                    Failure::Other(format!("child `{run_id}` has no result ({other:?})"))
+                }
                 Err(ActorError::Storage(e)) if e.is_retryable() => {
                     tracing::warn!(run_id, error = %e, "reel: reading a child's result failed; retrying");
                     tokio::time::sleep(backoff).await;
@@ -345,7 +388,7 @@ impl Core {
                 Some(result) => result,
                 // Completed, its output not at hand: read it.
                 None if child.state == RunState::Completed => {
-                    match core.child_output(&child.run_id).await {
+                    match core.child_output(&child.run_id, child.created_at).await {
                         Some(output) => output,
                         None => return,
                     }

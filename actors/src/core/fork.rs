@@ -177,8 +177,7 @@ impl Core {
             }
             None => self.create_with(forked, prefix, Some(timers)).await?,
         };
-        if created == Started::Existing {
-            let existing = self.known(new_run_id).await?;
+        if let Started::Existing(existing) = created {
             return Err(ActorError::RunExists {
                 run_id: new_run_id.to_owned(),
                 workflow: existing.workflow,

@@ -38,10 +38,10 @@ impl Core {
         // The common case, a message to a run that exists, reads its record once
         // and writes nothing but the signal.
         if let Some(existing) = self.meta(run_id).await? {
-            Core::existing(&existing, workflow)?;
+            Core::same_workflow(&existing, workflow)?;
             self.signal_known(&existing, name, signal_id, payload)
                 .await?;
-            return Ok(Started::Existing);
+            return Ok(Started::Existing(Box::new(existing)));
         }
         let signal = Event::SignalReceived {
             name: name.to_owned(),
@@ -68,12 +68,9 @@ impl Core {
                 Box::pin(self.create(meta, events)).await?
             }
         };
-        match created {
-            Started::Created => Ok(Started::Created),
-            Started::Existing => {
-                self.signal(run_id, name, signal_id, payload).await?;
-                Ok(Started::Existing)
-            }
+        if let Started::Existing(_) = created {
+            self.signal(run_id, name, signal_id, payload).await?;
         }
+        Ok(created)
     }
 }

@@ -212,7 +212,7 @@ impl Core {
     }
 
     /// A start of a run that exists already: the same workflow's is answered as
-    /// such, another workflow's is refused.
+    /// such, with its record as read here, another workflow's is refused.
     pub(super) async fn start_existing(
         &self,
         run_id: &str,
@@ -222,18 +222,20 @@ impl Core {
             .meta(run_id)
             .await?
             .ok_or_else(|| ActorError::UnknownRun(run_id.to_owned()))?;
-        let started = Core::existing(&existing, workflow)?;
+        Core::same_workflow(&existing, workflow)?;
         // An earlier start landed but its caller heard it failed (a lost answer, a
         // failed activation): nobody runs it yet, so this one does.
         if existing.state == RunState::Running && !self.is_live(run_id) {
             self.deliver(run_id, Resume).await?;
         }
-        Ok(started)
+        Ok(Started::Existing(Box::new(existing)))
     }
 
-    pub(super) fn existing(existing: &RunMeta, workflow: &str) -> Result<Started, ActorError> {
+    /// Refuses a start of `workflow` under the id of `existing`, a run of another
+    /// workflow.
+    pub(super) fn same_workflow(existing: &RunMeta, workflow: &str) -> Result<(), ActorError> {
         if existing.workflow == workflow {
-            Ok(Started::Existing)
+            Ok(())
         } else {
             Err(ActorError::RunExists {
                 run_id: existing.run_id.clone(),

@@ -30,8 +30,8 @@ struct Subscription {
     /// start the child again.
     ended: bool,
     /// The child is not the parent's own (`ctx.child` of a run something else
-    /// started): the creation time of the run under the id when the wait was
-    /// made. Its end is posted only to its recorded parent, so a host that does
+    /// started): the creation time of the run under the id that the wait's start
+    /// found. Its end is posted only to its recorded parent, so a host that does
     /// not own it looks for the end itself ([`Subscriptions::attached`]); and a
     /// later run under the id (that one deleted) is not the one waited on.
     attached: Option<u64>,
@@ -64,15 +64,15 @@ impl Subscriptions {
         false
     }
 
-    /// Notes that `child` exists, if `link` is still subscribed to it.
-    pub(super) fn started(&self, child: &str, link: &ParentLink) {
-        self.update(child, link, |s| s.started = true);
-    }
-
-    /// Notes that `link` waits on `child` without being its recorded parent: on
-    /// the run under that id created at `created_at`.
-    pub(super) fn attach(&self, child: &str, link: &ParentLink, created_at: u64) {
-        self.update(child, link, |s| s.attached = Some(created_at));
+    /// Notes that `child` exists, if `link` is still subscribed to it: its own
+    /// child, or (`attached`) the run under that id created at that time, which
+    /// `link` waits on without being its recorded parent. One step, so no end
+    /// taken meanwhile finds the subscription started but not yet attached.
+    pub(super) fn started(&self, child: &str, link: &ParentLink, attached: Option<u64>) {
+        self.update(child, link, |s| {
+            s.started = true;
+            s.attached = attached;
+        });
     }
 
     /// Updates `link`'s subscription to `child`, if it is still subscribed.
@@ -157,17 +157,29 @@ impl Subscriptions {
             .unwrap_or_default()
     }
 
-    /// The run under `child` created at `created_at` has ended: returns everyone
-    /// subscribed to it and not yet told (only the attached waits, with
-    /// `attached_only`), and apart (`gone`) the attached waits on an earlier run
-    /// under the id, deleted since. Their entries stay until the end is delivered
-    /// ([`Subscriptions::unsubscribe`]).
-    pub(crate) fn take(&self, child: &str, created_at: u64, attached_only: bool) -> Taken {
+    /// The run under `child` created at `created_at` (whose recorded parent is
+    /// `parent`) has ended: returns everyone subscribed to it and not yet told
+    /// (only the attached waits, with `attached_only`), and apart (`gone`) the
+    /// attached waits on an earlier run under the id, deleted since. Their entries
+    /// stay until the end is delivered ([`Subscriptions::unsubscribe`]).
+    ///
+    /// A subscription whose start has not yet said which run it found is left
+    /// alone, unless it is the run's recorded parent: that start may have found
+    /// an earlier run under the id, deleted since, and it looks for the end of
+    /// the run it found itself (`Core::start_child`).
+    pub(crate) fn take(
+        &self,
+        child: &str,
+        created_at: u64,
+        parent: Option<&ParentLink>,
+        attached_only: bool,
+    ) -> Taken {
         let mut taken = Taken::default();
         if let Some(list) = self.lock().by_child.get_mut(child) {
             for s in list.iter_mut().filter(|s| !s.ended) {
                 match s.attached {
                     None if attached_only => continue,
+                    None if !s.started && parent != Some(&s.link) => continue,
                     Some(run) if run != created_at => taken.gone.push(s.link.clone()),
                     _ => taken.ended.push(s.link.clone()),
                 }
