@@ -8,7 +8,9 @@
 //!    costs each fdatasync a file-size commit).
 //! 2. throughput: 10,000 concurrent runs x 10 steps, started at once, all results
 //!    awaited; durable events/s against raw fjall batches of 2,048 ~100-byte inserts
-//!    with one `SyncData` per batch (target: >= 0.5x raw).
+//!    with one `SyncData` per batch (target: >= 0.5x raw). Three rounds, reel then
+//!    raw in each; the medians are the figures (one round's can be a third off:
+//!    this VM's first touch of fresh memory sometimes costs a fifth of the CPU).
 //! 3. replay: a passivated run whose log holds ~10,000 events (5,000 steps, then a
 //!    signal wait); time from `signal()` to `result()` (reload + replay), against a
 //!    raw prefix scan of 10,000 records (target: < 20 ms).
@@ -39,7 +41,9 @@
 //! - `REEL_BENCH_ONLY=sequential,throughput,replay,recovery,entity,listing,queue,million`
 //!   picks scenarios.
 //! - `REEL_BENCH_TP_RUNS` (default 10,000) and `REEL_BENCH_TP_STEPS` (default 10):
-//!   the throughput scenario's runs and steps per run.
+//!   the throughput scenario's runs and steps per run; `REEL_BENCH_TP_ROUNDS`
+//!   (default 3): its rounds, each reel on a new store then raw fjall, whose
+//!   medians it reports.
 //! - `REEL_BENCH_START_CONCURRENCY` (default 4,096): starts in flight at once in
 //!   the recovery and million scenarios.
 //! - `REEL_BENCH_MILLION_RUNS` (default 1,000,000): runs of the million scenario.
@@ -85,6 +89,7 @@ pub(crate) struct Config {
     seq_steps: u32,
     tp_runs: usize,
     tp_steps: u32,
+    tp_rounds: usize,
     raw_batch: usize,
     replay_steps: u32,
     replay_runs: usize,
@@ -118,6 +123,11 @@ impl Config {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(10),
+            tp_rounds: std::env::var("REEL_BENCH_TP_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n| n > 0)
+                .unwrap_or(if quick { 1 } else { 3 }),
             raw_batch: 2_048,
             replay_steps: if quick { 500 } else { 5_000 },
             replay_runs: 3,

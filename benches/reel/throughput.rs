@@ -96,60 +96,81 @@ async fn reel_throughput(runs: usize, steps: u32) -> BenchResult<Throughput> {
     })
 }
 
+/// The median of `v` (the upper one of an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Figures as a list, `"a, b, c"`.
+fn listed(v: &[f64], digits: usize) -> String {
+    v.iter()
+        .map(|x| format!("{x:.digits$}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(crate) fn throughput(rt: &tokio::runtime::Runtime, cfg: &Config) -> Row {
-    let (runs, steps) = (cfg.tp_runs, cfg.tp_steps);
-    println!("\n## throughput: {runs} concurrent runs x {steps} steps");
+    let (runs, steps, rounds) = (cfg.tp_runs, cfg.tp_steps, cfg.tp_rounds);
+    println!("\n## throughput: {runs} concurrent runs x {steps} steps, {rounds} rounds");
     let target = ">= 0.5x".to_owned();
     let scenario = format!("throughput, {runs} runs x {steps} steps, events/s");
-    let reel = match rt.block_on(reel_throughput(runs, steps)) {
-        Ok(t) => t,
-        Err(e) => {
-            println!("  reel FAILED: {e}");
-            return Row::failed(&scenario, &target, &e);
-        }
-    };
-    let total = reel.events_per_run * runs;
-    // Raw fjall right after reel and once more, to see how much the disk drifts.
-    let raw_rates = match (0..2)
-        .map(|_| raw_throughput(total, runs, cfg.raw_batch))
-        .collect::<BenchResult<Vec<f64>>>()
-    {
-        Ok(r) => r,
-        Err(e) => return Row::failed(&scenario, &target, &e),
-    };
-    let raw = raw_rates.iter().sum::<f64>() / raw_rates.len() as f64;
-    let ratio = reel.events_per_s / raw;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (mut reel_rates, mut raw_rates, mut ratios, mut cpu_per_event) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        // Each round on a new store, raw fjall right after reel on as many records.
+        let reel = match rt.block_on(reel_throughput(runs, steps)) {
+            Ok(t) => t,
+            Err(e) => {
+                println!("  reel FAILED: {e}");
+                return Row::failed(&scenario, &target, &e);
+            }
+        };
+        let total = reel.events_per_run * runs;
+        let raw = match raw_throughput(total, runs, cfg.raw_batch) {
+            Ok(r) => r,
+            Err(e) => return Row::failed(&scenario, &target, &e),
+        };
+        let cpu = reel.cpu * 1e6 / total as f64;
+        println!(
+            "  round {round}: reel {total} events ({} per run) in {:.2} s = {:.0} events/s \
+             ({:.0} steps/s), CPU {:.2} s ({:.0}% of {cores} cores), {cpu:.1} µs CPU per event; \
+             raw fjall {raw:.0} events/s (batches of {}, one SyncData each); ratio {:.2}x",
+            reel.events_per_run,
+            reel.elapsed.as_secs_f64(),
+            reel.events_per_s,
+            (runs as f64 * f64::from(steps)) / reel.elapsed.as_secs_f64(),
+            reel.cpu,
+            100.0 * reel.cpu / reel.elapsed.as_secs_f64() / cores as f64,
+            cfg.raw_batch,
+            reel.events_per_s / raw,
+        );
+        reel_rates.push(reel.events_per_s);
+        raw_rates.push(raw);
+        ratios.push(reel.events_per_s / raw);
+        cpu_per_event.push(cpu);
+    }
+    let ratio = median(&ratios);
     println!(
-        "  reel: {total} events ({} per run) in {:.2} s = {:.0} events/s ({:.0} steps/s)",
-        reel.events_per_run,
-        reel.elapsed.as_secs_f64(),
-        reel.events_per_s,
-        (runs as f64 * f64::from(steps)) / reel.elapsed.as_secs_f64()
+        "  medians of {rounds}: reel {:.0} events/s ({}), {:.1} µs CPU per event ({}); raw fjall {:.0} ({})",
+        median(&reel_rates),
+        listed(&reel_rates, 0),
+        median(&cpu_per_event),
+        listed(&cpu_per_event, 1),
+        median(&raw_rates),
+        listed(&raw_rates, 0),
     );
     println!(
-        "        CPU {:.2} s over {:.2} s wall ({:.0}% of {} cores busy); {:.1} µs CPU per event",
-        reel.cpu,
-        reel.elapsed.as_secs_f64(),
-        100.0 * reel.cpu
-            / reel.elapsed.as_secs_f64()
-            / std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        reel.cpu * 1e6 / total as f64
+        "  ratio reel/raw: {ratio:.2}x, median of {} ({})",
+        listed(&ratios, 2),
+        verdict(ratio >= 0.5)
     );
-    println!(
-        "  raw fjall, {total} inserts in batches of {} with one SyncData each: {} events/s (mean {raw:.0})",
-        cfg.raw_batch,
-        raw_rates
-            .iter()
-            .map(|r| format!("{r:.0}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    println!("  ratio reel/raw: {ratio:.2}x  ({})", verdict(ratio >= 0.5));
     Row {
         scenario,
-        reel: format!("{:.0}", reel.events_per_s),
-        raw: format!("{raw:.0}"),
+        reel: format!("{:.0}", median(&reel_rates)),
+        raw: format!("{:.0}", median(&raw_rates)),
         ratio: format!("{ratio:.2}x"),
         target: format!("{target} ({})", verdict(ratio >= 0.5)),
     }
