@@ -292,6 +292,8 @@ fn commit_batch(
             PersistMode::Buffer
         }));
     let mut accepted = Vec::with_capacity(pending.len());
+    // One buffer for every log key of the batch (the batch copies each).
+    let mut key = Vec::new();
     let mut refused = Vec::new();
     for req in in_key_order(pending) {
         let a = &req.append;
@@ -342,7 +344,6 @@ fn commit_batch(
             continue;
         }
         if let Some(expected) = a.expected_seq {
-            let mut key = Vec::new();
             for (i, record) in a.records.iter().enumerate() {
                 log_key_into(&mut key, &a.run_id, expected + i as u64);
                 batch.insert(&ks.log, key.as_slice(), record.clone());
@@ -429,10 +430,13 @@ fn in_key_order(pending: &mut Vec<Request>) -> Vec<Request> {
     keyed.sort_unstable();
     let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     let mut taken: Vec<Option<Request>> = pending.drain(..).map(Some).collect();
-    order
-        .into_iter()
-        .filter_map(|i| taken.get_mut(i).and_then(Option::take))
-        .collect()
+    let mut ordered = Vec::with_capacity(taken.len());
+    ordered.extend(
+        order
+            .into_iter()
+            .filter_map(|i| taken.get_mut(i).and_then(Option::take)),
+    );
+    ordered
 }
 
 /// Adds to `batch` the removal of everything of a run. Reads first (the log's
