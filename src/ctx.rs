@@ -83,16 +83,22 @@ impl StepCtx {
 /// The idempotency key of a step: unambiguous whatever the run id holds.
 /// The escaped run id never holds `%S`, so the segment suffix is unambiguous.
 pub(crate) fn idempotency_key(run_id: &str, segment: u32, step_id: &str) -> String {
-    let mut key = String::with_capacity(run_id.len() + step_id.len() + 1);
-    for c in run_id.chars() {
-        match c {
-            '%' => key.push_str("%25"),
-            '/' => key.push_str("%2F"),
-            c => key.push(c),
+    let mut key = String::with_capacity(run_id.len() + step_id.len() + 8);
+    if run_id.contains(['%', '/']) {
+        for c in run_id.chars() {
+            match c {
+                '%' => key.push_str("%25"),
+                '/' => key.push_str("%2F"),
+                c => key.push(c),
+            }
         }
+    } else {
+        // Most run ids need no escaping: copied whole, not a char at a time.
+        key.push_str(run_id);
     }
     if segment > 0 {
-        key.push_str(&format!("%S{segment}"));
+        use std::fmt::Write as _;
+        let _ = write!(key, "%S{segment}");
     }
     key.push('/');
     key.push_str(step_id);
