@@ -112,6 +112,12 @@ pub struct Core {
     /// `status()` and `runs()` still learn why the run stopped; forgotten once a new
     /// state of the run is written.
     unrecorded_parks: Mutex<HashMap<String, Failure>>,
+    /// Creation times of runs this host deleted lately, by id (`deletion`): a new
+    /// run under one of those ids is created at least a millisecond after the
+    /// deleted one, so the two differ by creation time, which tells runs of one id
+    /// apart, even when the clock has not moved since (a frozen test clock, or a
+    /// delete and a start within one millisecond).
+    deleted_creations: Mutex<HashMap<String, u64>>,
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
     timers: ActorRef<TimerService>,

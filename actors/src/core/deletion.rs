@@ -21,7 +21,39 @@ const RETENTION_LEAD: &str = "reel.retention";
 /// and a service of long-lived runs may hold many of them.
 pub(crate) const RETENTION_EXAMINED: usize = 8;
 
+/// How many deleted runs' creation times a host keeps ([`Core::creation_time`]);
+/// past it, it forgets them all: a delete and a new start of its id within the
+/// same millisecond while thousands of other ids are deleted is what it gives up.
+const DELETED_KEPT: usize = 4_096;
+
 impl Core {
+    /// The creation time of a new run of `run_id`: now, or a millisecond after
+    /// the creation time of the run under that id this host deleted last, if that
+    /// is later. Runs of one id are told apart by their creation time (a wait
+    /// keeps to the run it began on, a delete removes only the run it checked).
+    pub(super) fn creation_time(&self, run_id: &str) -> u64 {
+        let now = self.options.clock.now_ms();
+        let deleted = self
+            .deleted_creations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .copied();
+        deleted.map_or(now, |c| now.max(c.saturating_add(1)))
+    }
+
+    /// Notes that the run `run_id` created at `created_at` was deleted.
+    fn remember_deleted(&self, run_id: &str, created_at: u64) {
+        let mut deleted = self
+            .deleted_creations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if deleted.len() >= DELETED_KEPT {
+            deleted.clear();
+        }
+        deleted.insert(run_id.to_owned(), created_at);
+    }
+
     /// Deletes a finished run: its log (every segment), metadata and index
     /// entries, in one write. Its children are not deleted. Afterwards the run is
     /// unknown.
@@ -92,6 +124,7 @@ impl Core {
         self.store
             .delete(run_id, next, meta.created_at, Vec::new())
             .await?;
+        self.remember_deleted(run_id, meta.created_at);
         self.unrecorded_parks
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -149,7 +149,7 @@ impl Core {
         self.registry
             .lookup(&workflow, version)
             .map_err(ActorError::NotRegistered)?;
-        let now = self.options.clock.now_ms();
+        let now = self.creation_time(new_run_id);
         let forked = RunMeta {
             run_id: new_run_id.to_owned(),
             workflow,

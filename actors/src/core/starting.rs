@@ -47,7 +47,7 @@ impl Core {
         parent: Option<ParentLink>,
         deadline: Option<u64>,
     ) -> (RunMeta, Vec<Event>) {
-        let now = self.options.clock.now_ms();
+        let now = self.creation_time(run_id);
         let meta = RunMeta {
             run_id: run_id.to_owned(),
             workflow: workflow.to_owned(),

@@ -1,0 +1,129 @@
+//! Runs of one id are told apart by their creation time (a wait or a watch keeps
+//! to the run it began on; a delete removes only the run it checked). A run
+//! started under the id of a run this host deleted is created at least a
+//! millisecond after it, also when the clock has not moved since (a frozen test
+//! clock, or a delete and a start within one millisecond), so two runs of one id
+//! never share a creation time.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::within;
+use futures::StreamExt;
+use reel::testing::TestClock;
+use reel::{Ctx, Record, Workflow};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A step returning its tag, a wait for `go`, then `extra` more steps, each
+/// returning its tag: runs with different tags and lengths have different logs.
+struct Tagged;
+impl Workflow for Tagged {
+    const NAME: &'static str = "tagged";
+    type Input = (String, u32);
+    type Output = String;
+    async fn run(&self, ctx: Ctx, (tag, extra): (String, u32)) -> reel::Result<String> {
+        let t = tag.clone();
+        ctx.step("first", move |_| {
+            let t = t.clone();
+            async move { Ok::<_, String>(t) }
+        })
+        .await?;
+        let _: u32 = ctx.wait_for_signal("go").await?;
+        for _ in 0..extra {
+            let t = tag.clone();
+            ctx.step("more", move |_| {
+                let t = t.clone();
+                async move { Ok::<_, String>(t) }
+            })
+            .await?;
+        }
+        Ok(tag)
+    }
+}
+
+const T0: Duration = Duration::from_secs(1_800_000_000);
+
+fn frozen() -> TestClock {
+    TestClock::new(SystemTime::UNIX_EPOCH + T0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_started_again_under_a_deleted_id_are_created_later() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let clock = frozen();
+    let host = common::hosts::open_on(dir.path(), &clock, Tagged).await?;
+    let mut created = Vec::new();
+    for i in 0..4u32 {
+        let run = host
+            .start::<Tagged>("reused", (format!("run {i}"), 0))
+            .await?;
+        run.signal("go", &i, "g").await?;
+        within(LIMIT, "the run", run.result()).await??;
+        created.push(host.run("reused").info().await?.created_at);
+        run.delete().await?;
+    }
+    // Another id is not held back by them: created at the clock's time.
+    let other = host.start::<Tagged>("other", ("other".into(), 0)).await?;
+    assert_eq!(other.info().await?.created_at, SystemTime::UNIX_EPOCH + T0);
+    host.shutdown().await?;
+    assert_eq!(created[0], SystemTime::UNIX_EPOCH + T0);
+    for pair in created.windows(2) {
+        assert!(
+            pair[1] > pair[0],
+            "a run of a reused id was created no later than the deleted one: {created:?}"
+        );
+    }
+    Ok(())
+}
+
+fn same(a: &Record, b: &Record) -> bool {
+    a.seq == b.seq && a.event == b.event
+}
+
+/// `watch_across_delete_and_reuse_never_mixes_runs.rs`'s slow watcher, with the
+/// clock frozen: the old run and the new one are started in the same
+/// millisecond.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_watcher_on_a_frozen_clock_sees_none_of_the_next_run() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let clock = frozen();
+    let host = common::hosts::open_on(dir.path(), &clock, Tagged).await?;
+    let old = host.start::<Tagged>("reused", ("old".into(), 1)).await?;
+    within(LIMIT, "the old run's wait", old.wait_until_suspended()).await??;
+
+    // A watcher reads the first record, then is not read for a while.
+    let mut watch = Box::pin(old.watch());
+    let first = within(LIMIT, "the first record", watch.next())
+        .await?
+        .expect("a first record")?;
+    assert_eq!(first.seq, 0);
+
+    // Meanwhile the old run ends, is deleted, and a longer run takes its id.
+    old.signal("go", &1u32, "g").await?;
+    assert_eq!(within(LIMIT, "the old run", old.result()).await??, "old");
+    let old_records = old.records().await?;
+    old.delete().await?;
+    let new = host.start::<Tagged>("reused", ("new".into(), 6)).await?;
+    new.signal("go", &2u32, "g").await?;
+    assert_eq!(within(LIMIT, "the new run", new.result()).await??, "new");
+
+    // The watcher goes on reading: it may see the rest of the old run, or stop,
+    // but must not see the new run's records.
+    let rest: Vec<_> = within(LIMIT, "the rest of the watch", watch.collect::<Vec<_>>()).await?;
+    let seen: Vec<Record> = std::iter::once(first)
+        .chain(rest.into_iter().map_while(Result::ok))
+        .collect();
+    for r in &seen {
+        assert!(
+            old_records.iter().any(|o| same(o, r)),
+            "the watch of the deleted run yielded a record of the run that reused its id: \
+             seq {} {:?}",
+            r.seq,
+            r.event
+        );
+    }
+    host.shutdown().await?;
+    Ok(())
+}
