@@ -117,7 +117,7 @@ pub struct Core {
     /// deleted one, so the two differ by creation time, which tells runs of one id
     /// apart, even when the clock has not moved since (a frozen test clock, or a
     /// delete and a start within one millisecond).
-    deleted_creations: Mutex<HashMap<String, u64>>,
+    deleted_creations: Mutex<deletion::DeletedCreations>,
     supervisors: tokio::sync::Mutex<(ActorRef<RunSupervisor>, usize)>,
     retired_supervisors: Mutex<Vec<ActorRef<RunSupervisor>>>,
     timers: ActorRef<TimerService>,

@@ -1,5 +1,5 @@
 //! The messages that reach a run actor: [`Resume`], [`Delivery`] (what wakes a
-//! run) and [`StopRun`], and how a child's wait id tells a detached child. A leaf:
+//! run) and [`StopRun`] / [`StopFinished`], and how a child's wait id tells a detached child. A leaf:
 //! the core sends these, the run actor handles them, neither module names the other
 //! for them.
 
@@ -86,6 +86,14 @@ pub(crate) struct HandBack;
 /// Stop now (host shutdown); the run stays resumable.
 #[derive(Clone, Copy)]
 pub(crate) struct StopRun;
+
+/// Stop now if the actor's run is the finished run created at this time (a delete
+/// of that run); answers whether it stopped. An actor of another run under the id
+/// (the checked one deleted since, and the id started again) goes on.
+#[derive(Clone, Copy)]
+pub(crate) struct StopFinished {
+    pub(crate) created_at: u64,
+}
 
 /// Whether a parent link is a detached child's (started with `ctx.start_child`): its
 /// parent does not wait on it and is not told when it ends.

@@ -141,6 +141,10 @@ impl Actor for RunActor {
     }
 }
 
+/// The crash message of an actor that found no run to load: its host parks
+/// nothing for it (`Core::run_actor_stopped`).
+pub(crate) const RUN_MISSING: &str = "the run does not exist (deleted before its actor started)";
+
 impl RunActor {
     /// Loads the run (or takes it as just written) and builds the actor.
     async fn start(args: RunArgs, me: ActorRef<Self>) -> Result<Self, ActorError> {
@@ -175,7 +179,13 @@ impl RunActor {
                 (meta, log, None)
             }
         };
-        let meta = meta.ok_or_else(|| ActorError::UnknownRun(args.run_id.to_string()))?;
+        let Some(meta) = meta else {
+            // Deleted before this actor started (a child's end for a deleted
+            // parent): not a crash of any run, and a run started under the id
+            // since must not be parked for it.
+            host.record_crash(&args.run_id, RUN_MISSING.to_owned());
+            return Err(ActorError::UnknownRun(args.run_id.to_string()));
+        };
         let (log, broken) = match log {
             Ok(log) if matches!(log.first(), Some(Event::RunStarted { .. })) => (log, None),
             Ok(_) => (

@@ -187,6 +187,7 @@ impl Core {
             reason,
             ActorStopReason::Normal | ActorStopReason::SupervisorRestart
         ) || self.is_closing()
+            || crash.as_deref() == Some(crate::run_actor::RUN_MISSING)
         {
             return;
         }

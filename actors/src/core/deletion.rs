@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use reel_storage::listing::RunQuery;
 
 use super::*;
+use crate::message::StopFinished;
 use crate::retention::Retention;
 
 /// The least time between two reclaims of space by the background pass: a reclaim
@@ -21,10 +22,20 @@ const RETENTION_LEAD: &str = "reel.retention";
 /// and a service of long-lived runs may hold many of them.
 pub(crate) const RETENTION_EXAMINED: usize = 8;
 
-/// How many deleted runs' creation times a host keeps ([`Core::creation_time`]);
-/// past it, it forgets them all: a delete and a new start of its id within the
-/// same millisecond while thousands of other ids are deleted is what it gives up.
-const DELETED_KEPT: usize = 4_096;
+/// The creation times of runs a host deleted, by id ([`Core::creation_time`]).
+/// Only those not before now matter (a new run is created now at the earliest):
+/// the others are forgotten whenever the map has doubled since it was last
+/// pruned, so it stays as small as the deletes of the current millisecond (all
+/// of them on a frozen clock).
+#[derive(Default)]
+pub(crate) struct DeletedCreations {
+    times: HashMap<String, u64>,
+    /// The size at which the map is pruned next.
+    prune_at: usize,
+}
+
+/// The least size at which [`DeletedCreations`] is pruned.
+const PRUNE_AT_LEAST: usize = 1_024;
 
 impl Core {
     /// The creation time of a new run of `run_id`: now, or a millisecond after
@@ -37,6 +48,7 @@ impl Core {
             .deleted_creations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .times
             .get(run_id)
             .copied();
         deleted.map_or(now, |c| now.max(c.saturating_add(1)))
@@ -48,10 +60,13 @@ impl Core {
             .deleted_creations
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if deleted.len() >= DELETED_KEPT {
-            deleted.clear();
+        let DeletedCreations { times, prune_at } = &mut *deleted;
+        if times.len() >= *prune_at {
+            let now = self.options.clock.now_ms();
+            times.retain(|_, c| *c >= now);
+            *prune_at = (2 * times.len()).max(PRUNE_AT_LEAST);
         }
-        deleted.insert(run_id.to_owned(), created_at);
+        times.insert(run_id.to_owned(), created_at);
     }
 
     /// Deletes a finished run: its log (every segment), metadata and index
@@ -105,7 +120,9 @@ impl Core {
             });
         }
         // A finished run's actor may still be winding down: stop it first, so no
-        // state of the run outlives its records.
+        // state of the run outlives its records. Only the checked run's: the actor
+        // live under the id may be a new run's (the checked one deleted since and
+        // the id started again), which goes on, and the store refuses the delete.
         let cell = self
             .live
             .lock()
@@ -113,8 +130,13 @@ impl Core {
             .get(run_id)
             .cloned();
         if let Some(actor) = cell.as_ref().and_then(|c| c.get()) {
-            let _ = ask(actor, StopRun).await;
-            actor.wait_for_shutdown().await;
+            let stop = StopFinished {
+                created_at: meta.created_at,
+            };
+            // Stopped, or stopping already: waited for.
+            if !matches!(ask(actor, stop).await, Ok(false)) {
+                actor.wait_for_shutdown().await;
+            }
         }
         // The store deletes only the run created when the one checked was: a run
         // deleted since, its id taken by a new run that has already ended with a

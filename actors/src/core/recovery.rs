@@ -76,7 +76,7 @@ impl Core {
                 store_crashes: Mutex::default(),
                 resuming: Mutex::default(),
                 unrecorded_parks: Mutex::new(HashMap::new()),
-                deleted_creations: Mutex::new(HashMap::new()),
+                deleted_creations: Mutex::default(),
                 supervisors: tokio::sync::Mutex::new((spawn_supervisor(me.clone()), 0)),
                 retired_supervisors: Mutex::new(Vec::new()),
                 timers,

@@ -33,8 +33,23 @@ impl Core {
             }
             return Box::pin(self.start_existing(run_id, workflow)).await;
         }
-        let (meta, events) = self.new_run(workflow, version, run_id, input, parent, deadline);
-        self.create(meta, events).await
+        let mut tries = 0;
+        loop {
+            let (meta, events) = self.new_run(
+                workflow,
+                version,
+                run_id,
+                input.clone(),
+                parent.clone(),
+                deadline,
+            );
+            match self.create(meta, events).await {
+                // The id was taken, and that run deleted before it could be read:
+                // the id is free again, so this start writes its run after all.
+                Err(ActorError::UnknownRun(_)) if tries < 3 => tries += 1,
+                done => return done,
+            }
+        }
     }
 
     /// A new run's metadata (running, not queued) and first events.

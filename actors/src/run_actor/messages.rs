@@ -7,7 +7,7 @@ use kameo::message::{Context, Message};
 
 use super::{Passivate, RunActor};
 use crate::error::ActorError;
-use crate::message::{Delivery, HandBack, Resume, StopRun};
+use crate::message::{Delivery, HandBack, Resume, StopFinished, StopRun};
 
 impl Message<Resume> for RunActor {
     type Reply = Result<(), ActorError>;
@@ -89,5 +89,23 @@ impl Message<StopRun> for RunActor {
         self.retired = true;
         ctx.stop();
         Ok(())
+    }
+}
+
+impl Message<StopFinished> for RunActor {
+    type Reply = bool;
+
+    async fn handle(
+        &mut self,
+        stop: StopFinished,
+        ctx: &mut Context<Self, Self::Reply>,
+    ) -> Self::Reply {
+        if self.meta.created_at != stop.created_at || !self.meta.state.is_finished() {
+            return false;
+        }
+        self.abort_execution();
+        self.retired = true;
+        ctx.stop();
+        true
     }
 }
