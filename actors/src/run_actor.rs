@@ -433,13 +433,14 @@ impl RunActor {
     /// waiters and parents, and stops the actor. The journal is closed first, so no
     /// event of the execution can follow the last one. A run that completes or
     /// fails asks the children it waits on and that have not ended to cancel
-    /// (Temporal's default parent-close policy; a cancelled run has asked them
-    /// already); detached children go on. A run that was asked to cancel and then
-    /// completed or failed (its handler handled the request) asks them again with
-    /// the words of its first request, which they then ignore as already received:
-    /// it reaches a child that missed the first (the host died between the
-    /// request's write and its delivery), and a child the first reached ends with
-    /// that reason, whichever of the two lands first.
+    /// (Temporal's default parent-close policy); detached children go on. A run
+    /// that was asked to cancel and then ends (cancelled, or completed or failed:
+    /// its handler handled the request) asks them again with the words of its
+    /// first request, which they then ignore as already received: it reaches a
+    /// child started during the cleanup, and a child that missed the first (the
+    /// host died between the request's write and its delivery, and the run ends
+    /// after the restart); a child the first reached ends with that reason,
+    /// whichever of the two lands first.
     async fn finish(
         &mut self,
         events: Vec<Event>,
@@ -447,9 +448,10 @@ impl RunActor {
         ctx: &mut Context<Self, impl kameo::reply::Reply>,
     ) -> Result<(), ActorError> {
         let closing = match (&state, self.cancel_requested()) {
-            (RunState::Completed | RunState::Failed { .. }, Some(reason)) => {
-                Some(format!("parent cancelled: {reason}"))
-            }
+            (
+                RunState::Completed | RunState::Failed { .. } | RunState::Cancelled { .. },
+                Some(reason),
+            ) => Some(format!("parent cancelled: {reason}")),
             (RunState::Completed, None) => Some("parent completed".to_owned()),
             (RunState::Failed { .. }, None) => Some("parent failed".to_owned()),
             _ => None,

@@ -225,10 +225,10 @@ impl Ctx {
                     }
                     Attempt::Error { message, final_ } => (message, final_),
                 };
-                // Once the run is asked to cancel, a failed attempt is the last one.
-                let retry_at =
-                    (!final_ && policy.retries_after(attempt) && ctx.refused().is_none())
-                        .then(|| ctx.now_ms().saturating_add(millis(policy.backoff(attempt))));
+                // Once the run is asked to cancel, a failed attempt is the last one
+                // (a shielded step's too: `refused` is never set for it).
+                let retry_at = (!final_ && policy.retries_after(attempt) && !ctx.is_cancelled())
+                    .then(|| ctx.now_ms().saturating_add(millis(policy.backoff(attempt))));
                 tracing::warn!(step = %id, attempt, error = %message, retry_at, "reel: step attempt failed");
                 ctx.record(
                     vec![Event::StepFailed {

@@ -86,7 +86,13 @@ impl RunActor {
         meta.version = version;
         meta.segment_start = start;
         meta.segment += 1;
-        let letters = self.cancel_letters(&children, "parent continued as new", false);
+        // A cancelling run's children are asked in the words of its request, as
+        // when it ends (`RunActor::finish`).
+        let reason = match self.cancel_requested() {
+            Some(reason) => format!("parent cancelled: {reason}"),
+            None => "parent continued as new".to_owned(),
+        };
+        let letters = self.cancel_letters(&children, &reason, false);
         self.journal
             .append_final(events.clone(), meta.clone(), old.remove, letters)
             .await?;
@@ -112,7 +118,7 @@ impl RunActor {
             start,
         );
         self.log_warned = false;
-        self.cancel_children(children, "parent continued as new", false);
+        self.cancel_children(children, &reason, false);
         self.host.notify_changed(&self.run_id, Some(&self.meta));
         let me = ctx.actor_ref().clone();
         self.begin(&me, false).await;
