@@ -28,8 +28,8 @@ use reel::testing::TestClock;
 use reel::{Ctx, Error, FjallStore, Host, RunStatus, Workflow};
 use reel_storage::testing::{Fault, FaultStore, Op};
 use trees::{
-    CLEANUP, End, LIMIT, Node, OnCancel, attached, cancelled, check_end, check_waiters, clock,
-    describe, detached, ids, leaf, nested, node, releases, requested, spawn_waiters,
+    CLEANUP, End, LIMIT, Node, OnCancel, attached, cancelled, check_all, check_end, check_waiters,
+    clock, describe, detached, ids, leaf, nested, node, releases, requested, spawn_waiters,
     until_in_cleanup, until_up,
 };
 
@@ -116,10 +116,7 @@ async fn cut_mid_cleanup(root: &str, drop_it: bool) -> anyhow::Result<()> {
     ]
     .into_iter()
     .collect();
-    for (id, end) in &expected {
-        check_end(&host, id, end).await?;
-    }
-    check_waiters(waiters, &expected).await?;
+    check_all(&host, waiters, &expected).await?;
     for id in [root, a.as_str(), a1.as_str()] {
         assert_eq!(releases(id), 1, "{id}: its cleanup step ran again");
     }
@@ -314,14 +311,12 @@ async fn a_child_that_missed_the_request_is_cancelled_when_its_parent_ends_cance
 // The parent ended before the host went away: what its end owed the child (the
 // cancel, again) went with the host.
 
-#[ignore = "limitation, documented in README (Runs that talk to runs): on the embedded store a parent-close cancel is sent after the parent's end is written, so a host dying in between leaves the child running after the restart"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_that_missed_the_request_is_cancelled_when_its_parent_ended_cancelled_before_a_restart()
 -> anyhow::Result<()> {
     missed_request_then_shutdown("mp", After::EndedCancelledBeforeTheCut).await
 }
 
-#[ignore = "limitation, documented in README (Runs that talk to runs): on the embedded store a parent-close cancel is sent after the parent's end is written, so a host dying in between leaves the child running after the restart"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_that_missed_the_request_is_cancelled_when_its_parent_completed_before_a_restart()
 -> anyhow::Result<()> {
@@ -400,7 +395,6 @@ fn sigkill_before_the_delivery_then_the_parent_ends_cancelled() {
     );
 }
 
-#[ignore = "limitation, documented in README (Runs that talk to runs): on the embedded store a parent-close cancel is sent after the parent's end is written, so a host dying in between leaves the child running after the restart"]
 #[test]
 fn sigkill_before_the_delivery_of_a_parent_that_ended_cancelled() {
     killed_between_request_and_delivery(

@@ -25,9 +25,9 @@ use std::time::Duration;
 use common::within;
 use reel::{Ctx, Error, Event, Host, RunStatus, Workflow};
 use trees::{
-    CLEANUP, End, LIMIT, Node, OnCancel, attached, cancelled, check_end, check_waiters, clock,
-    describe, detached, ids, leaf, nested, node, rejoined, releases, requested, spawn_waiters,
-    until_in_cleanup, until_status, until_up,
+    CLEANUP, End, LIMIT, Node, OnCancel, attached, cancelled, check_all, check_end, check_waiters,
+    clock, describe, detached, ids, leaf, nested, node, rejoined, releases, requested,
+    spawn_waiters, until_in_cleanup, until_status, until_up,
 };
 
 const GRACE: Duration = Duration::from_secs(3600);
@@ -129,10 +129,7 @@ async fn a_graceful_cancel_of_a_mixed_tree_ends_every_run_by_its_handler() -> an
         ("g/d", End::Completed(7)),
         ("g/d/1", End::Completed(4)),
     ]);
-    for (id, end) in &expected {
-        check_end(&host, id, end).await?;
-    }
-    check_waiters(waiters, &expected).await?;
+    check_all(&host, waiters, &expected).await?;
     // Each cancelled or cancel-completed run heard the request in its parent's
     // words; the detached subtrees heard none.
     for (id, want) in [
@@ -284,10 +281,7 @@ async fn a_run_already_cancelling_keeps_its_reason_when_its_parent_is_cancelled(
             (&k, cancelled("own")),
             (&k1, End::Cancelled(nested(1, "own"))),
         ]);
-        for (id, end) in &expected {
-            check_end(&host, id, end).await?;
-        }
-        check_waiters(waiters, &expected).await?;
+        check_all(&host, waiters, &expected).await?;
         let events = host.run(&k).events().await?;
         let requests = events
             .iter()
@@ -410,10 +404,7 @@ async fn a_detached_child_the_parent_waits_on_is_not_cancelled_with_it() -> anyh
             (&d, End::Completed(3)),
             (&d1, End::Completed(1)),
         ]);
-        for (id, end) in &expected {
-            check_end(&host, id, end).await?;
-        }
-        check_waiters(waiters, &expected).await?;
+        check_all(&host, waiters, &expected).await?;
     }
     host.shutdown().await?;
     Ok(())
@@ -499,10 +490,7 @@ async fn a_paused_child_is_cancelled_at_once_with_its_subtree() -> anyhow::Resul
         ("pz/k", End::Cancelled(nested(1, "R"))),
         ("pz/k/1", End::Cancelled(nested(2, "R"))),
     ]);
-    for (id, end) in &expected {
-        check_end(&host, id, end).await?;
-    }
-    check_waiters(waiters, &expected).await?;
+    check_all(&host, waiters, &expected).await?;
     assert_eq!((releases("pz/k"), releases("pz/k/1")), (0, 0));
     host.shutdown().await?;
     Ok(())
@@ -608,10 +596,7 @@ async fn a_wide_tree_of_passivated_runs_is_cancelled_whole() -> anyhow::Result<(
     for (i, id) in detached_ids.iter().enumerate() {
         signal(&host, id, "finish", i as u32).await?;
     }
-    for (id, end) in &expected {
-        check_end(&host, id, end).await?;
-    }
-    check_waiters(waiters, &expected).await?;
+    check_all(&host, waiters, &expected).await?;
     for id in &cleaning {
         assert_eq!(releases(id), 1, "{id}");
     }

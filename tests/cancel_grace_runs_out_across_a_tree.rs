@@ -15,8 +15,9 @@ use std::time::Duration;
 use common::within;
 use reel::{Host, RunStatus, StartOptions};
 use trees::{
-    CLEANUP, End, Node, OnCancel, attached, cancelled, check_end, check_waiters, clock, detached,
-    ids, leaf, nested, node, releases, requested, spawn_waiters, until_in_cleanup, until_up,
+    CLEANUP, End, Node, OnCancel, attached, cancelled, check_all, check_end, check_waiters, clock,
+    detached, ids, leaf, nested, node, releases, requested, spawn_waiters, until_in_cleanup,
+    until_up,
 };
 
 const GRACE: Duration = Duration::from_secs(60);
@@ -269,10 +270,7 @@ async fn children_of_a_parent_that_ended_keep_their_own_grace() -> anyhow::Resul
             (&k, End::Cancelled(nested(1, "R"))),
             (&k1, End::Cancelled(nested(2, "R"))),
         ]);
-        for (id, end) in &expected {
-            check_end(&host, id, end).await?;
-        }
-        check_waiters(waiters, &expected).await?;
+        check_all(&host, waiters, &expected).await?;
     }
     host.shutdown().await?;
     Ok(())
@@ -318,10 +316,7 @@ async fn a_parents_own_deadline_cancels_its_tree_in_its_words() -> anyhow::Resul
         ("dl/k/1", End::Cancelled(nested(2, &reason))),
         ("dl/d", End::Completed(6)),
     ]);
-    for (id, end) in &expected {
-        check_end(&host, id, end).await?;
-    }
-    check_waiters(waiters, &expected).await?;
+    check_all(&host, waiters, &expected).await?;
     host.shutdown().await?;
     Ok(())
 }

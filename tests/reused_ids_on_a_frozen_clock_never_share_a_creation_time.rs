@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::within;
+use common::workflows::Tagged;
 use futures::StreamExt;
 use futures::future::try_join_all;
 use reel::testing::TestClock;
@@ -37,33 +38,6 @@ impl Workflow for Quick {
     type Output = u32;
     async fn run(&self, _: Ctx, n: u32) -> reel::Result<u32> {
         Ok(n)
-    }
-}
-
-/// A step returning its tag, a wait for `go`, then `extra` more steps: runs with
-/// different tags and lengths have different logs.
-struct Tagged;
-impl Workflow for Tagged {
-    const NAME: &'static str = "tagged";
-    type Input = (String, u32);
-    type Output = String;
-    async fn run(&self, ctx: Ctx, (tag, extra): (String, u32)) -> reel::Result<String> {
-        let t = tag.clone();
-        ctx.step("first", move |_| {
-            let t = t.clone();
-            async move { Ok::<_, String>(t) }
-        })
-        .await?;
-        let _: u32 = ctx.wait_for_signal("go").await?;
-        for _ in 0..extra {
-            let t = tag.clone();
-            ctx.step("more", move |_| {
-                let t = t.clone();
-                async move { Ok::<_, String>(t) }
-            })
-            .await?;
-        }
-        Ok(tag)
     }
 }
 

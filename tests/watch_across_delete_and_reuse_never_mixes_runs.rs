@@ -8,37 +8,11 @@ mod common;
 use std::time::Duration;
 
 use common::within;
+use common::workflows::Tagged;
 use futures::StreamExt;
-use reel::{Ctx, Record, Workflow};
+use reel::Record;
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// A step returning its tag, a wait for `go`, then `extra` more steps, each
-/// returning its tag: runs with different tags and lengths have different logs.
-struct Tagged;
-impl Workflow for Tagged {
-    const NAME: &'static str = "tagged";
-    type Input = (String, u32);
-    type Output = String;
-    async fn run(&self, ctx: Ctx, (tag, extra): (String, u32)) -> reel::Result<String> {
-        let t = tag.clone();
-        ctx.step("first", move |_| {
-            let t = t.clone();
-            async move { Ok::<_, String>(t) }
-        })
-        .await?;
-        let _: u32 = ctx.wait_for_signal("go").await?;
-        for _ in 0..extra {
-            let t = tag.clone();
-            ctx.step("more", move |_| {
-                let t = t.clone();
-                async move { Ok::<_, String>(t) }
-            })
-            .await?;
-        }
-        Ok(tag)
-    }
-}
 
 fn same(a: &Record, b: &Record) -> bool {
     a.seq == b.seq && a.event == b.event

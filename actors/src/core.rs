@@ -7,7 +7,8 @@
 //! values), `children` (child-run links, child cycles), `cluster` (leases and
 //! notices of a host that shares its store), `inbox` (the mail other hosts post
 //! for its runs), `listing`, `operate`
-//! (pause, resume, retry), `fork`, `deletion` (delete, retention), `queueing`
+//! (pause, resume, retry), `orphans` (children of parents that ended while their
+//! cancel was lost, asked again at recovery), `fork`, `deletion` (delete, retention), `queueing`
 //! (starting runs on queues, admitting them), `starting` (a start and a new run's
 //! first write), `signal_start` (signal-with-start),
 //! `reading` (a run's log and records, and watches on it), and `run_host`
@@ -55,6 +56,7 @@ mod fork;
 mod inbox;
 mod listing;
 mod operate;
+mod orphans;
 mod parking;
 mod published;
 mod queueing;

@@ -391,6 +391,19 @@ pub fn spawn_waiters(host: &Host, ids: &[String]) -> Waiters {
 }
 
 /// Each waiter answers (no hang), with the end `ends` names for its run.
+/// Every run of `expected` ends as said ([`check_end`]), and so do the waiters on
+/// them ([`check_waiters`]).
+pub async fn check_all(
+    host: &Host,
+    waiters: Waiters,
+    expected: &BTreeMap<String, End>,
+) -> anyhow::Result<()> {
+    for (id, end) in expected {
+        check_end(host, id, end).await?;
+    }
+    check_waiters(waiters, expected).await
+}
+
 pub async fn check_waiters(waiters: Waiters, ends: &BTreeMap<String, End>) -> anyhow::Result<()> {
     for (id, w) in waiters {
         let out = within(LIMIT, &format!("the waiter on {id}"), w).await??;

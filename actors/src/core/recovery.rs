@@ -120,7 +120,8 @@ impl Core {
     /// leased): damaged ones are parked in memory; parked ones, and suspended ones
     /// whose timer came due while no host ran them, are marked running; their
     /// timers go to the timer service and their queues learn them; unfinished
-    /// ones are resumed in the background.
+    /// ones are resumed in the background, and those whose parent ended while its
+    /// cancel did not reach them are asked to cancel (`orphans`).
     pub(super) async fn recover_runs(
         &self,
         unfinished: Scan<RunMeta>,
@@ -182,6 +183,13 @@ impl Core {
         }
         self.schedule_timers(timers);
         self.queues.recover(&unfinished);
+        // Hosts sharing a store post parent-close cancels as mail in the parent's
+        // own write: nothing to look for then.
+        let orphans = if self.store.cluster().is_none() {
+            Core::orphans(&unfinished)
+        } else {
+            Vec::new()
+        };
         let to_resume: Vec<String> = unfinished
             .into_iter()
             .filter(|m| match &m.state {
@@ -192,6 +200,17 @@ impl Core {
             .map(|m| m.run_id)
             .collect();
         tracing::info!(resuming = to_resume.len(), "reel: recovery started");
+        // Apart: a parent's read must not hold back the resumptions.
+        if !orphans.is_empty() {
+            let weak = self.me.clone();
+            let busy = self.activity.enter();
+            tokio::spawn(async move {
+                let _busy = busy;
+                if let Some(core) = weak.upgrade() {
+                    core.ask_orphans(orphans).await;
+                }
+            });
+        }
         // A bare task: it only sends messages, and stops at the first refusal once
         // the host is closing.
         let weak = self.me.clone();
