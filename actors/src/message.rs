@@ -243,3 +243,24 @@ pub(crate) fn child_result(
         _ => None,
     }
 }
+
+/// The reason a run asks its children to cancel when it was asked to cancel
+/// with `reason` (its cleanup's grace, its end, its continue-as-new).
+pub(crate) fn parent_cancelled(reason: &str) -> String {
+    format!("parent cancelled: {reason}")
+}
+
+/// The reason a run that ended in `state` gives the children it asks to cancel:
+/// the words of its cancel request (`requested`) when it had one, else how it
+/// ended. `None` for a state that is no end.
+pub(crate) fn closing_reason(state: &RunState, requested: Option<&str>) -> Option<String> {
+    match (state, requested) {
+        (RunState::Completed | RunState::Failed { .. } | RunState::Cancelled { .. }, Some(r)) => {
+            Some(parent_cancelled(r))
+        }
+        (RunState::Completed, None) => Some("parent completed".to_owned()),
+        (RunState::Failed { .. }, None) => Some("parent failed".to_owned()),
+        (RunState::Cancelled { reason }, None) => Some(parent_cancelled(reason)),
+        _ => None,
+    }
+}

@@ -27,7 +27,7 @@ use crate::engine::{Engine, Execution, Outcome, Registry};
 use crate::error::ActorError;
 use crate::host::RunHost;
 use crate::journal::Journal;
-use crate::message::Resume;
+use crate::message::{Resume, closing_reason};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::services::Services;
@@ -447,15 +447,7 @@ impl RunActor {
         state: RunState,
         ctx: &mut Context<Self, impl kameo::reply::Reply>,
     ) -> Result<(), ActorError> {
-        let closing = match (&state, self.cancel_requested()) {
-            (
-                RunState::Completed | RunState::Failed { .. } | RunState::Cancelled { .. },
-                Some(reason),
-            ) => Some(format!("parent cancelled: {reason}")),
-            (RunState::Completed, None) => Some("parent completed".to_owned()),
-            (RunState::Failed { .. }, None) => Some("parent failed".to_owned()),
-            _ => None,
-        };
+        let closing = closing_reason(&state, self.cancel_requested().as_deref());
         let close = closing.map(|reason| (self.unfinished_children(), reason, false));
         self.finish_with(events, state, close, ctx).await
     }

@@ -7,7 +7,7 @@
 //! a store no other host shares.
 
 use super::*;
-use crate::message::is_detached;
+use crate::message::{closing_reason, is_detached};
 
 impl Core {
     /// The unfinished runs among `unfinished` whose cancelling parent (the one
@@ -32,7 +32,7 @@ impl Core {
     /// cannot be read is left alone.
     pub(super) async fn ask_orphans(&self, orphans: Vec<(String, String)>) {
         for (child, parent) in orphans {
-            let reason = match self.closing_reason(&parent).await {
+            let reason = match self.reason_of_ended(&parent).await {
                 Ok(Some(reason)) => reason,
                 Ok(None) => continue,
                 Err(e) => {
@@ -50,26 +50,22 @@ impl Core {
         }
     }
 
-    /// The reason an ended run `parent` gives its children (`RunActor::finish`):
-    /// the words of its cancel request if it had one, else how it ended; `None`
-    /// while it has not ended (its end asks them), or when it is gone.
-    async fn closing_reason(&self, parent: &str) -> Result<Option<String>, ActorError> {
+    /// The reason an ended run `parent` gives its children (`RunActor::finish`),
+    /// `None` while it has not ended (its end asks them), or when it is gone.
+    async fn reason_of_ended(&self, parent: &str) -> Result<Option<String>, ActorError> {
         let Some(meta) = self.meta(parent).await? else {
             return Ok(None);
         };
-        let by_end = match &meta.state {
-            RunState::Completed => "parent completed".to_owned(),
-            RunState::Failed { .. } => "parent failed".to_owned(),
-            RunState::Cancelled { reason } => format!("parent cancelled: {reason}"),
-            _ => return Ok(None),
-        };
+        if !meta.state.is_finished() {
+            return Ok(None);
+        }
         let store = self.store.clone();
         let id = parent.to_owned();
         let log = blocking(move || store.read_log_from(&id, meta.segment_start)).await?;
         let requested = log.iter().rev().find_map(|e| match e {
-            Event::CancelRequested { reason } => Some(format!("parent cancelled: {reason}")),
+            Event::CancelRequested { reason } => Some(reason.as_str()),
             _ => None,
         });
-        Ok(Some(requested.unwrap_or(by_end)))
+        Ok(closing_reason(&meta.state, requested))
     }
 }

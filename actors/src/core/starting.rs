@@ -33,23 +33,8 @@ impl Core {
             }
             return Box::pin(self.start_existing(run_id, workflow)).await;
         }
-        let mut tries = 0;
-        loop {
-            let (meta, events) = self.new_run(
-                workflow,
-                version,
-                run_id,
-                input.clone(),
-                parent.clone(),
-                deadline,
-            );
-            match self.create(meta, events).await {
-                // The id was taken, and that run deleted before it could be read:
-                // the id is free again, so this start writes its run after all.
-                Err(ActorError::UnknownRun(_)) if tries < 3 => tries += 1,
-                done => return done,
-            }
-        }
+        let (meta, events) = self.new_run(workflow, version, run_id, input, parent, deadline);
+        self.create(meta, events).await
     }
 
     /// A new run's metadata (running, not queued) and first events.
@@ -102,10 +87,23 @@ impl Core {
     /// its events schedule: a fork's prefix may hold timers already settled).
     pub(super) async fn create_with(
         &self,
+        meta: RunMeta,
+        events: Vec<Event>,
+        timers: Option<Vec<TimerEntry>>,
+    ) -> Result<Started, ActorError> {
+        self.create_attempt(meta, events, timers, 0).await
+    }
+
+    /// [`Core::create_with`], the `tries`-th time for its id (see the conflict).
+    async fn create_attempt(
+        &self,
         mut meta: RunMeta,
         mut events: Vec<Event>,
         timers: Option<Vec<TimerEntry>>,
+        tries: u8,
     ) -> Result<Started, ActorError> {
+        // What the write holds before a first execution adds to it, for a retry.
+        let (given, given_state, given_timers) = (events.len(), meta.state.clone(), timers.clone());
         // The compare-and-set on sequence 0 is the existence check (the first
         // execution's read of the run only spares an existing run an execution).
         let elsewhere = self.owned_elsewhere(&meta.run_id);
@@ -172,7 +170,22 @@ impl Core {
             // Someone created it first: answer as for an existing run. Boxed, as a
             // rare path: its future would make every start's several KB larger.
             Err(StorageError::Conflict { .. }) => {
-                return Box::pin(self.start_existing(&run_id, &workflow)).await;
+                let existing = Box::pin(self.start_existing(&run_id, &workflow)).await;
+                // The id was taken, and that run deleted before it could be read:
+                // the id is free again, so this start writes its run after all (as
+                // given, and created after the deleted run).
+                if let Err(ActorError::UnknownRun(_)) = existing
+                    && tries < 3
+                {
+                    let (mut meta, mut events) = (meta_copy, events_copy);
+                    events.truncate(given);
+                    meta.state = given_state;
+                    meta.created_at = self.creation_time(&run_id);
+                    meta.updated_at = meta.created_at;
+                    let retry = self.create_attempt(meta, events, given_timers, tries + 1);
+                    return Box::pin(retry).await;
+                }
+                return existing;
             }
             Err(e) => return Err(e.into()),
         }

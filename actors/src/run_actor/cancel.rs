@@ -21,7 +21,7 @@ use super::RunActor;
 use crate::blocking::blocking;
 use crate::error::ActorError;
 use crate::journal::{CANCEL_DEADLINE, Journal, RUN_DEADLINE};
-use crate::message::{Delivery, is_detached};
+use crate::message::{Delivery, is_detached, parent_cancelled};
 
 impl RunActor {
     /// A cancel request from outside, a parent, or a deadline.
@@ -154,7 +154,7 @@ impl RunActor {
             fire_at,
         });
         let children = self.unfinished_children();
-        let reason = format!("parent cancelled: {reason}");
+        let reason = parent_cancelled(&reason);
         let letters = self.cancel_letters(&children, &reason, false);
         self.append_wake_posting(events, remove, letters).await?;
         self.cancel_children(children, &reason, false);
@@ -181,7 +181,7 @@ impl RunActor {
         events.push(Event::RunCancelled {
             reason: reason.clone(),
         });
-        let close = (children, format!("parent cancelled: {reason}"), true);
+        let close = (children, parent_cancelled(&reason), true);
         self.finish_with(
             events,
             RunState::Cancelled {

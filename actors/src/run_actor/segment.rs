@@ -23,6 +23,7 @@ use reel_storage::{Event, Payload, RunState, TimerEntry};
 use super::RunActor;
 use crate::error::ActorError;
 use crate::journal::{Journal, is_host_timer};
+use crate::message::parent_cancelled;
 
 /// What the new segment begins with, taken from the old one.
 struct Carried {
@@ -89,7 +90,7 @@ impl RunActor {
         // A cancelling run's children are asked in the words of its request, as
         // when it ends (`RunActor::finish`).
         let reason = match self.cancel_requested() {
-            Some(reason) => format!("parent cancelled: {reason}"),
+            Some(reason) => parent_cancelled(&reason),
             None => "parent continued as new".to_owned(),
         };
         let letters = self.cancel_letters(&children, &reason, false);
