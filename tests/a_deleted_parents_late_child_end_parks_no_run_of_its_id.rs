@@ -12,54 +12,15 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Gate, within};
-use reel::{Ctx, Error, Event, FjallStore, Host, RunStatus, Workflow};
+use common::late_child::{CLEANUP, Child, Parent, WAIT_FOR_GO, WAIT_ON_THE_CHILD};
+use common::within;
+use reel::{Error, Event, FjallStore, Host, RunStatus};
 use reel_storage::testing::{Fault, FaultStore, Op};
 
 const LIMIT: Duration = Duration::from_secs(20);
 /// How long the new run is watched for a park after the child's end: longer than
 /// a background delivery retries (about 3 s).
 const WATCH: Duration = Duration::from_secs(5);
-
-static CLEANUP: Gate = Gate::new();
-
-/// Waits for `go`; asked to cancel, it cleans up (held by `CLEANUP`) and ends
-/// cancelled.
-struct Kid;
-impl Workflow for Kid {
-    const NAME: &'static str = "kid";
-    type Input = ();
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, (): ()) -> reel::Result<u32> {
-        match ctx.wait_for_signal::<u32>("go").await {
-            Err(Error::Cancelled(reason)) => {
-                ctx.shielded()
-                    .step("cleanup", |_| async {
-                        CLEANUP.wait().await;
-                        Ok::<_, String>(())
-                    })
-                    .await?;
-                Err(Error::Cancelled(reason))
-            }
-            other => other,
-        }
-    }
-}
-
-/// Input 0: waits on its child `<id>-kid`. Input 1: waits for `go` and returns it.
-struct Dad;
-impl Workflow for Dad {
-    const NAME: &'static str = "dad";
-    type Input = u32;
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, mode: u32) -> reel::Result<u32> {
-        if mode == 1 {
-            return ctx.wait_for_signal("go").await;
-        }
-        let kid = format!("{}-kid", ctx.run_id());
-        ctx.child::<Kid>(&kid, ()).await
-    }
-}
 
 /// The run's activation for the child's end reads the id while it has no run;
 /// that read's answer is held (fault injection) while the new run is started,
@@ -73,16 +34,16 @@ async fn a_childs_end_after_its_cancelled_parent_was_deleted_spares_the_next_run
     let store: Arc<dyn reel::Store> = faults.clone();
     let host = Host::builder()
         .store(store)
-        .register(Dad)
-        .register(Kid)
+        .register(Parent)
+        .register(Child)
         .restart_limit(0, Duration::from_secs(30))
         .build()
         .await?;
 
     // The parent waits on its child; it is cancelled (ending at once), its child
     // begins its cleanup, and the parent is deleted.
-    let dad = host.start::<Dad>("dad", 0).await?;
-    let kid = host.handle::<Kid>("dad-kid");
+    let dad = host.start::<Parent>("dad", WAIT_ON_THE_CHILD).await?;
+    let kid = host.handle::<Child>("dad-child");
     within(LIMIT, "the kid's wait", async {
         loop {
             if let Ok(RunStatus::Suspended { .. }) = kid.status().await {
@@ -108,7 +69,7 @@ async fn a_childs_end_after_its_cancelled_parent_was_deleted_spares_the_next_run
     let ended = within(LIMIT, "the kid", kid.result()).await?;
     assert!(matches!(ended, Err(Error::Cancelled(_))), "{ended:?}");
     within(LIMIT, "a read of the deleted parent", gate.wait_arrived()).await?;
-    let new = host.start::<Dad>("dad", 1).await?;
+    let new = host.start::<Parent>("dad", WAIT_FOR_GO).await?;
     within(LIMIT, "the new run's wait", new.wait_until_suspended()).await??;
     gate.release();
 

@@ -8,20 +8,10 @@ mod common;
 use std::time::Duration;
 
 use common::within;
-use reel::{Ctx, Error, Host, StatusKind, Workflow};
+use common::workflows::Quick;
+use reel::{Error, Host, StatusKind};
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// Ends at once.
-struct Quick;
-impl Workflow for Quick {
-    const NAME: &'static str = "quick";
-    type Input = u32;
-    type Output = u32;
-    async fn run(&self, _: Ctx, n: u32) -> reel::Result<u32> {
-        Ok(n)
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_losing_delete_is_told_the_run_is_gone() -> anyhow::Result<()> {

@@ -10,37 +10,17 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::churn::Job;
+use common::listing::walk;
 use futures::future::join_all;
-use reel::{Ctx, Cursor, Error, Host, RunFilter, RunInfo, RunStatus, StatusKind, Workflow};
+use reel::{Host, RunFilter, RunStatus, StatusKind};
 
 const IDS: u32 = 600;
 const TASKS: u32 = 24;
 const ROUNDS: u32 = 3;
 const CHILD_ENV: &str = "REEL_COUNTS_KILL9_CHILD_DIR";
-
-/// 0: completes at once; 1: fails; 2: two steps, then completes; 3: waits for
-/// `go`.
-struct Job;
-impl Workflow for Job {
-    const NAME: &'static str = "job";
-    type Input = (u32, u32);
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, (mode, tag): (u32, u32)) -> reel::Result<u32> {
-        match mode {
-            0 => Ok(tag),
-            1 => Err(Error::failed(format!("job {tag} failed"))),
-            2 => {
-                let a: u32 = ctx
-                    .step("a", |_| async move { Ok::<_, String>(tag) })
-                    .await?;
-                ctx.step("b", |_| async move { Ok::<_, String>(a) }).await
-            }
-            _ => ctx.wait_for_signal::<u32>("go").await,
-        }
-    }
-}
 
 fn open(dir: &Path) -> impl Future<Output = reel::Result<Host>> {
     Host::builder()
@@ -106,61 +86,18 @@ async fn drive(host: &Host) {
     join_all(tasks).await;
 }
 
-/// Every page of `filter`, following the cursors.
-async fn walk(host: &Host, filter: RunFilter) -> reel::Result<Vec<RunInfo>> {
-    let mut all = Vec::new();
-    let mut after: Option<Cursor> = None;
-    loop {
-        let page = host.list(filter.clone().after(after.take())).await?;
-        all.extend(page.items);
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(all),
-        }
-    }
-}
-
 /// Once no run is running any more (recovered runs go on; polled with a
 /// deadline), the runs' own status against `count()` and the listings.
 async fn check(host: &Host, when: &str) -> BTreeMap<String, StatusKind> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let truth = loop {
-        let infos = join_all((0..IDS).map(|i| async move {
-            let id = run_id(i);
-            (id.clone(), host.run(&id).info().await)
-        }))
-        .await;
-        let mut truth = BTreeMap::new();
-        let mut moving = None;
-        for (id, info) in infos {
-            match info {
-                Ok(info) => {
-                    let settled = match &info.status {
-                        RunStatus::Running => false,
-                        RunStatus::Suspended { waiting_on } => waiting_on.contains("go"),
-                        _ => true,
-                    };
-                    if !settled {
-                        moving = Some(format!("{id}: {:?}", info.status));
-                    }
-                    truth.insert(id, info.status.kind());
-                }
-                Err(Error::UnknownRun(_)) => {}
-                Err(e) => panic!("{when}: info of {id}: {e}"),
-            }
-        }
-        match moving {
-            None => break truth,
-            Some(what) => {
-                assert!(Instant::now() < deadline, "{when}: still moving: {what}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    };
-    let mut tally: BTreeMap<StatusKind, u64> = StatusKind::ALL.iter().map(|k| (*k, 0)).collect();
-    for kind in truth.values() {
-        *tally.entry(*kind).or_default() += 1;
-    }
+    let ids: Vec<String> = (0..IDS).map(run_id).collect();
+    let truth: BTreeMap<String, StatusKind> =
+        common::churn::settled(host, &ids, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{when}: {e}"))
+            .into_iter()
+            .map(|(id, info)| (id, info.status.kind()))
+            .collect();
+    let tally = common::counts::tally(truth.values().copied());
     let counts = host.count().await.expect("count");
     assert_eq!(counts, tally, "{when}: count() against the runs");
     for (limit, newest_first) in [(37, true), (500, false)] {

@@ -10,14 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant, SystemTime};
 
+use common::listing::walk;
+use common::watch::same;
 use common::within;
 use futures::StreamExt;
 use futures::future::try_join_all;
 use reel::testing::TestClock;
-use reel::{
-    Ctx, Cursor, Error, FjallStore, Host, Record, RunFilter, RunInfo, RunStatus, StatusKind,
-    Workflow,
-};
+use reel::{Ctx, Error, FjallStore, Host, Record, RunFilter, RunStatus, StatusKind, Workflow};
 use reel_storage::testing::{Fault, FaultStore, Op};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -74,21 +73,6 @@ fn panics_about(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every page of `filter`, following the cursors (as strings).
-async fn walk(host: &Host, filter: RunFilter) -> anyhow::Result<Vec<RunInfo>> {
-    let mut all = Vec::new();
-    let mut after: Option<Cursor> = None;
-    for _ in 0..100_000 {
-        let page = host.list(filter.clone().after(after.take())).await?;
-        all.extend(page.items);
-        match page.next {
-            Some(next) => after = Some(next.to_string().parse()?),
-            None => return Ok(all),
-        }
-    }
-    anyhow::bail!("a listing did not end")
-}
-
 /// The runs of `ids` once none is running (polled, with a deadline), checked
 /// against `count()` and the listings: each listed once, with its status.
 async fn settled_and_listed(host: &Host, ids: &[String]) -> anyhow::Result<()> {
@@ -114,10 +98,7 @@ async fn settled_and_listed(host: &Host, ids: &[String]) -> anyhow::Result<()> {
             Some(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
     };
-    let mut tally: BTreeMap<StatusKind, u64> = StatusKind::ALL.iter().map(|k| (*k, 0)).collect();
-    for kind in truth.values() {
-        *tally.entry(*kind).or_default() += 1;
-    }
+    let tally = common::counts::tally(truth.values().copied());
     assert_eq!(host.count().await?, tally, "counts against the runs");
     for newest_first in [true, false] {
         let mut filter = RunFilter::default().limit(3);
@@ -385,10 +366,6 @@ async fn a_refused_delete_of_an_old_run_leaves_the_new_run_of_its_id_running() -
     );
     host.shutdown().await?;
     Ok(())
-}
-
-fn same(a: &Record, b: &Record) -> bool {
-    a.seq == b.seq && a.event == b.event
 }
 
 /// Many ids, each run by generations: a run waits for `go`; a watcher reads its

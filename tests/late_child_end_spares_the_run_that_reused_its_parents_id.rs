@@ -8,52 +8,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Gate, within};
+use common::late_child::{CLEANUP, Child, Parent, RACE_THE_CHILD, WAIT_FOR_GO};
+use common::within;
 use reel::{Ctx, Error, Event, RunStatus, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(20);
-static CLEANUP: Gate = Gate::new();
-
-/// Waits for `go`; asked to cancel, it cleans up (held by `CLEANUP`) and ends cancelled.
-struct Child;
-impl Workflow for Child {
-    const NAME: &'static str = "child";
-    type Input = ();
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, (): ()) -> reel::Result<u32> {
-        match ctx.wait_for_signal::<u32>("go").await {
-            Err(Error::Cancelled(reason)) => {
-                ctx.shielded()
-                    .step("cleanup", |_| async {
-                        CLEANUP.wait().await;
-                        Ok::<_, String>(())
-                    })
-                    .await?;
-                Err(Error::Cancelled(reason))
-            }
-            other => other,
-        }
-    }
-}
-
-/// Input 0: races its child against a short sleep and completes when the sleep
-/// wins (the child is asked to cancel). Input 1: waits for `go` and returns it.
-struct Parent;
-impl Workflow for Parent {
-    const NAME: &'static str = "parent";
-    type Input = u32;
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, mode: u32) -> reel::Result<u32> {
-        if mode == 1 {
-            return ctx.wait_for_signal("go").await;
-        }
-        tokio::select! {
-            biased;
-            c = ctx.child::<Child>("p-child", ()) => c,
-            s = ctx.sleep(Duration::from_millis(1)) => s.map(|()| 0),
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_childs_late_end_does_not_reach_the_new_run_under_its_parents_id() -> anyhow::Result<()> {
@@ -64,7 +23,7 @@ async fn a_childs_late_end_does_not_reach_the_new_run_under_its_parents_id() -> 
         .register(Child)
         .build()
         .await?;
-    let old = host.start::<Parent>("p", 0).await?;
+    let old = host.start::<Parent>("p", RACE_THE_CHILD).await?;
     assert_eq!(within(LIMIT, "the old parent", old.result()).await??, 0);
     let child = host.handle::<Child>("p-child");
     common::until_log(&child, LIMIT, "the child's cleanup to start", |e| {
@@ -74,7 +33,7 @@ async fn a_childs_late_end_does_not_reach_the_new_run_under_its_parents_id() -> 
     .await?;
 
     old.delete().await?;
-    let new = host.start::<Parent>("p", 1).await?;
+    let new = host.start::<Parent>("p", WAIT_FOR_GO).await?;
     within(LIMIT, "the new run's wait", new.wait_until_suspended()).await??;
 
     // The child ends now, cancelled, long after its parent.

@@ -9,6 +9,7 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use common::listing::{assert_sorted, walk};
 use common::within;
 use futures::future::try_join_all;
 use reel::{Ctx, Cursor, Error, Host, RunFilter, RunInfo, StatusKind, Workflow};
@@ -50,38 +51,8 @@ async fn host(dir: &std::path::Path) -> anyhow::Result<Host> {
     Ok(common::hosts::open_two(dir, Quick, Waiter).await?)
 }
 
-/// Every page of `filter`, in order.
-async fn walk(host: &Host, filter: RunFilter) -> anyhow::Result<Vec<RunInfo>> {
-    let mut all = Vec::new();
-    let mut after: Option<Cursor> = None;
-    loop {
-        let page = host.list(filter.clone().after(after.take())).await?;
-        assert!(page.items.len() <= filter.limit);
-        all.extend(page.items);
-        match page.next {
-            Some(next) => {
-                // A cursor travels as a string.
-                after = Some(next.to_string().parse()?);
-            }
-            None => return Ok(all),
-        }
-    }
-}
-
 fn ids(rows: &[RunInfo]) -> Vec<String> {
     rows.iter().map(|r| r.run_id.clone()).collect()
-}
-
-fn assert_sorted(rows: &[RunInfo], newest_first: bool) {
-    for pair in rows.windows(2) {
-        let a = (pair[0].created_at, &pair[0].run_id);
-        let b = (pair[1].created_at, &pair[1].run_id);
-        if newest_first {
-            assert!(a > b, "{a:?} before {b:?} newest first");
-        } else {
-            assert!(a < b, "{a:?} before {b:?} oldest first");
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,67 +12,17 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
+use common::churn::{CHILDREN, Job, Leaf};
+use common::listing::walk;
 use futures::future::{join_all, try_join_all};
-use reel::{
-    Ctx, Cursor, Error, Host, RunFilter, RunInfo, RunStatus, StatusKind, StepError, Workflow,
-};
+use reel::{Ctx, Error, Host, RunFilter, RunInfo, RunStatus, StatusKind, Workflow};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const RUNS: u32 = 3_000;
-const CHILDREN: u32 = 3;
 const HOT_IDS: u32 = 32;
 const HOT_LOOPS: u32 = 30;
-
-/// 0: completes at once; 1: fails in the handler; 2: two steps, then completes;
-/// 3: waits for `go`; 4: starts `CHILDREN` leaf children in one join; 5: a step
-/// fails for good.
-struct Job;
-impl Workflow for Job {
-    const NAME: &'static str = "job";
-    type Input = (u32, u32);
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, (mode, tag): (u32, u32)) -> reel::Result<u32> {
-        match mode {
-            0 => Ok(tag),
-            1 => Err(Error::failed(format!("job {tag} failed"))),
-            2 => {
-                let a: u32 = ctx
-                    .step("a", |_| async move { Ok::<_, String>(tag) })
-                    .await?;
-                let b: u32 = ctx.step("b", |_| async move { Ok::<_, String>(a) }).await?;
-                Ok(b)
-            }
-            3 => ctx.wait_for_signal::<u32>("go").await,
-            4 => {
-                let calls = (0..CHILDREN).map(|j| {
-                    let id = format!("{}/c{j}", ctx.run_id());
-                    let ctx = ctx.clone();
-                    async move { ctx.child::<Leaf>(&id, tag + j).await }
-                });
-                Ok(try_join_all(calls).await?.into_iter().sum())
-            }
-            _ => {
-                ctx.step("bad", |_| async move {
-                    Err::<u32, _>(StepError::non_retryable(format!("step of {tag}")))
-                })
-                .await
-            }
-        }
-    }
-}
-
-/// One step, then completes with its input.
-struct Leaf;
-impl Workflow for Leaf {
-    const NAME: &'static str = "leaf";
-    type Input = u32;
-    type Output = u32;
-    async fn run(&self, ctx: Ctx, n: u32) -> reel::Result<u32> {
-        ctx.step("s", |_| async move { Ok::<_, String>(n) }).await
-    }
-}
 
 async fn open(dir: &std::path::Path) -> reel::Result<Host> {
     common::hosts::open_two(dir, Job, Leaf).await
@@ -200,61 +150,9 @@ async fn hammer(host: &Host, h: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What `info()` says of every id that has a run, after waiting (polling, with a
-/// deadline) until nothing moves: no run running, and no run waiting on anything
-/// but a `go` signal.
+/// What `info()` says of every id that has a run, once nothing moves.
 async fn truth(host: &Host) -> anyhow::Result<BTreeMap<String, RunInfo>> {
-    let ids = universe();
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let infos = join_all(
-            ids.iter()
-                .map(|id| async move { host.run(id).info().await }),
-        )
-        .await;
-        let mut all = BTreeMap::new();
-        let mut moving = None;
-        for (id, info) in ids.iter().zip(infos) {
-            match info {
-                Ok(info) => {
-                    let settled = match &info.status {
-                        RunStatus::Running => false,
-                        RunStatus::Suspended { waiting_on } => waiting_on.contains("go"),
-                        _ => true,
-                    };
-                    if !settled {
-                        moving = Some(format!("{id}: {:?}", info.status));
-                    }
-                    all.insert(id.clone(), info);
-                }
-                Err(Error::UnknownRun(_)) => {}
-                Err(e) => anyhow::bail!("info of {id}: {e}"),
-            }
-        }
-        match moving {
-            None => return Ok(all),
-            Some(what) if Instant::now() > deadline => {
-                anyhow::bail!("runs still moving after {LIMIT:?}: {what}")
-            }
-            Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-}
-
-/// Every page of `filter`, following the cursors (as strings).
-async fn walk(host: &Host, filter: RunFilter) -> anyhow::Result<Vec<RunInfo>> {
-    let mut all = Vec::new();
-    let mut after: Option<Cursor> = None;
-    for _ in 0..1_000_000 {
-        let page = host.list(filter.clone().after(after.take())).await?;
-        anyhow::ensure!(page.items.len() <= filter.limit, "page over its limit");
-        all.extend(page.items);
-        match page.next {
-            Some(next) => after = Some(next.to_string().parse()?),
-            None => return Ok(all),
-        }
-    }
-    anyhow::bail!("a listing did not end")
+    common::churn::settled(host, &universe(), LIMIT).await
 }
 
 /// The rows of a walk, by id, each exactly once and in order.
@@ -309,10 +207,7 @@ async fn check(host: &Host, truth: &BTreeMap<String, RunInfo>, when: &str) -> an
     };
 
     // Counts: one per run, by status.
-    let mut tally: BTreeMap<StatusKind, u64> = StatusKind::ALL.iter().map(|k| (*k, 0)).collect();
-    for info in truth.values() {
-        *tally.entry(info.status.kind()).or_default() += 1;
-    }
+    let tally = common::counts::tally(truth.values().map(|i| i.status.kind()));
     let counts = host.count().await?;
     assert_eq!(counts, tally, "{when}: counts against the runs' own status");
 
@@ -640,10 +535,7 @@ async fn children_started_in_one_burst_list_under_their_parent_in_order() -> any
     for p in 0..PARENTS {
         check_parent(&host, &truth, p).await?;
     }
-    let mut tally: BTreeMap<StatusKind, u64> = StatusKind::ALL.iter().map(|k| (*k, 0)).collect();
-    for info in truth.values() {
-        *tally.entry(info.status.kind()).or_default() += 1;
-    }
+    let tally = common::counts::tally(truth.values().map(|i| i.status.kind()));
     assert_eq!(host.count().await?, tally);
     assert_eq!(tally[&StatusKind::Failed], u64::from(PARENTS * KIDS / 2));
 
@@ -694,10 +586,7 @@ async fn children_started_in_one_burst_list_under_their_parent_in_order() -> any
         let rows = by_id(walk(&host, filter).await?, newest_first, "every run");
         assert_same("every run after the restarts", &rows, &everything);
     }
-    let mut tally: BTreeMap<StatusKind, u64> = StatusKind::ALL.iter().map(|k| (*k, 0)).collect();
-    for info in after.values() {
-        *tally.entry(info.status.kind()).or_default() += 1;
-    }
+    let tally = common::counts::tally(after.values().map(|i| i.status.kind()));
     assert_eq!(host.count().await?, tally);
     host.shutdown().await?;
     Ok(())

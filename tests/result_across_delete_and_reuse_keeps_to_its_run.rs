@@ -11,23 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::within;
-use common::workflows::Waiter;
+use common::workflows::{Quick, Waiter};
 use reel::testing::TestClock;
-use reel::{Ctx, Error, FjallStore, Host, Workflow};
+use reel::{Error, FjallStore, Host};
 use reel_storage::testing::{Fault, FaultStore, Op};
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// Completes at once with its input.
-struct Quick;
-impl Workflow for Quick {
-    const NAME: &'static str = "quick";
-    type Input = u32;
-    type Output = u32;
-    async fn run(&self, _: Ctx, n: u32) -> reel::Result<u32> {
-        Ok(n)
-    }
-}
 
 async fn host(dir: &std::path::Path) -> anyhow::Result<(Host, Arc<FaultStore>, TestClock)> {
     let clock = TestClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));

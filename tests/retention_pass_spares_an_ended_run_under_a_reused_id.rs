@@ -13,23 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::within;
+use common::workflows::Quick;
 use reel::testing::TestClock;
-use reel::{Ctx, FjallStore, Host, Retention, Workflow};
+use reel::{FjallStore, Host, Retention};
 use reel_storage::testing::{Fault, FaultStore, Op};
 
 const LIMIT: Duration = Duration::from_secs(20);
 const HOUR: Duration = Duration::from_secs(3600);
-
-/// Completes at once with its input: every run's log has the same length.
-struct Quick;
-impl Workflow for Quick {
-    const NAME: &'static str = "quick";
-    type Input = u32;
-    type Output = u32;
-    async fn run(&self, _: Ctx, n: u32) -> reel::Result<u32> {
-        Ok(n)
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pass_does_not_delete_a_young_ended_run_that_took_a_due_runs_id() -> anyhow::Result<()> {

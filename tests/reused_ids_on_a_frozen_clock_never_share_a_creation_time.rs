@@ -13,14 +13,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use common::listing::{assert_sorted, walk};
 use common::within;
-use common::workflows::Tagged;
-use futures::StreamExt;
+use common::workflows::{Quick, Tagged};
 use futures::future::try_join_all;
 use reel::testing::TestClock;
-use reel::{
-    Ctx, Cursor, Error, FjallStore, Host, Record, RunFilter, RunInfo, StatusKind, Workflow,
-};
+use reel::{Ctx, Error, FjallStore, Host, RunFilter, StatusKind, Workflow};
 use reel_storage::testing::{Fault, FaultStore, Op};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -28,17 +26,6 @@ const T0: Duration = Duration::from_secs(1_800_000_000);
 
 fn frozen() -> TestClock {
     TestClock::new(SystemTime::UNIX_EPOCH + T0)
-}
-
-/// Completes at once with its input.
-struct Quick;
-impl Workflow for Quick {
-    const NAME: &'static str = "quick";
-    type Input = u32;
-    type Output = u32;
-    async fn run(&self, _: Ctx, n: u32) -> reel::Result<u32> {
-        Ok(n)
-    }
 }
 
 /// Calls its child `kid` (a `Quick` with the parent's input) and returns its output.
@@ -61,34 +48,6 @@ async fn host_on(dir: &std::path::Path, clock: &TestClock) -> reel::Result<Host>
         .register(Parent)
         .build()
         .await
-}
-
-/// Every page of `filter`, following the cursors (as strings).
-async fn walk(host: &Host, filter: RunFilter) -> anyhow::Result<Vec<RunInfo>> {
-    let mut all = Vec::new();
-    let mut after: Option<Cursor> = None;
-    for _ in 0..100_000 {
-        let page = host.list(filter.clone().after(after.take())).await?;
-        anyhow::ensure!(page.items.len() <= filter.limit, "page over its limit");
-        all.extend(page.items);
-        match page.next {
-            Some(next) => after = Some(next.to_string().parse()?),
-            None => return Ok(all),
-        }
-    }
-    anyhow::bail!("a listing did not end")
-}
-
-fn assert_sorted(rows: &[RunInfo], newest_first: bool) {
-    for pair in rows.windows(2) {
-        let a = (pair[0].created_at, &pair[0].run_id);
-        let b = (pair[1].created_at, &pair[1].run_id);
-        if newest_first {
-            assert!(a > b, "{a:?} listed before {b:?} newest first");
-        } else {
-            assert!(a < b, "{a:?} listed before {b:?} oldest first");
-        }
-    }
 }
 
 fn ms(d: u64) -> Duration {
@@ -379,10 +338,6 @@ async fn a_start_racing_the_delete_of_its_id_is_created_later() -> anyhow::Resul
     Ok(())
 }
 
-fn same(a: &Record, b: &Record) -> bool {
-    a.seq == b.seq && a.event == b.event
-}
-
 /// What it costs when the start above shares the deleted run's creation time: a
 /// slow watcher of the old run goes on into the new run's records
 /// (`runs_of_one_id_within_one_millisecond_are_told_apart.rs` without the race).
@@ -391,33 +346,10 @@ fn same(a: &Record, b: &Record) -> bool {
 async fn a_slow_watcher_sees_none_of_a_run_whose_start_raced_the_delete() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (host, faults) = fault_host(dir.path()).await?;
-    let old = host.start::<Tagged>("reused", ("old".into(), 1)).await?;
-    within(LIMIT, "the old run's wait", old.wait_until_suspended()).await??;
-    let mut watch = Box::pin(old.watch());
-    let first = within(LIMIT, "the first record", watch.next())
-        .await?
-        .expect("a first record")?;
-    old.signal("go", &1u32, "g").await?;
-    assert_eq!(within(LIMIT, "the old run", old.result()).await??, "old");
-    let old_records = old.records().await?;
-
-    let new = start_across_a_delete(&host, &faults, 6).await?;
-    new.signal("go", &2u32, "g").await?;
-    assert_eq!(within(LIMIT, "the new run", new.result()).await??, "new");
-
-    let rest: Vec<_> = within(LIMIT, "the rest of the watch", watch.collect::<Vec<_>>()).await?;
-    let seen: Vec<Record> = std::iter::once(first)
-        .chain(rest.into_iter().map_while(Result::ok))
-        .collect();
-    for r in &seen {
-        assert!(
-            old_records.iter().any(|o| same(o, r)),
-            "the watch of the deleted run yielded a record of the run that reused its id: \
-             seq {} {:?}",
-            r.seq,
-            r.event
-        );
-    }
+    common::watch::a_slow_watcher_sees_none_of_the_next_run(&host, LIMIT, async |_| {
+        start_across_a_delete(&host, &faults, 6).await
+    })
+    .await?;
     host.shutdown().await?;
     Ok(())
 }

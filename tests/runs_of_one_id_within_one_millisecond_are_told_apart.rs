@@ -11,8 +11,6 @@ use std::time::{Duration, SystemTime};
 
 use common::within;
 use common::workflows::Tagged;
-use futures::StreamExt;
-use reel::Record;
 use reel::testing::TestClock;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -52,10 +50,6 @@ async fn runs_started_again_under_a_deleted_id_are_created_later() -> anyhow::Re
     Ok(())
 }
 
-fn same(a: &Record, b: &Record) -> bool {
-    a.seq == b.seq && a.event == b.event
-}
-
 /// `watch_across_delete_and_reuse_never_mixes_runs.rs`'s slow watcher, with the
 /// clock frozen: the old run and the new one are started in the same
 /// millisecond.
@@ -64,40 +58,10 @@ async fn a_slow_watcher_on_a_frozen_clock_sees_none_of_the_next_run() -> anyhow:
     let dir = tempfile::tempdir()?;
     let clock = frozen();
     let host = common::hosts::open_on(dir.path(), &clock, Tagged).await?;
-    let old = host.start::<Tagged>("reused", ("old".into(), 1)).await?;
-    within(LIMIT, "the old run's wait", old.wait_until_suspended()).await??;
-
-    // A watcher reads the first record, then is not read for a while.
-    let mut watch = Box::pin(old.watch());
-    let first = within(LIMIT, "the first record", watch.next())
-        .await?
-        .expect("a first record")?;
-    assert_eq!(first.seq, 0);
-
-    // Meanwhile the old run ends, is deleted, and a longer run takes its id.
-    old.signal("go", &1u32, "g").await?;
-    assert_eq!(within(LIMIT, "the old run", old.result()).await??, "old");
-    let old_records = old.records().await?;
-    old.delete().await?;
-    let new = host.start::<Tagged>("reused", ("new".into(), 6)).await?;
-    new.signal("go", &2u32, "g").await?;
-    assert_eq!(within(LIMIT, "the new run", new.result()).await??, "new");
-
-    // The watcher goes on reading: it may see the rest of the old run, or stop,
-    // but must not see the new run's records.
-    let rest: Vec<_> = within(LIMIT, "the rest of the watch", watch.collect::<Vec<_>>()).await?;
-    let seen: Vec<Record> = std::iter::once(first)
-        .chain(rest.into_iter().map_while(Result::ok))
-        .collect();
-    for r in &seen {
-        assert!(
-            old_records.iter().any(|o| same(o, r)),
-            "the watch of the deleted run yielded a record of the run that reused its id: \
-             seq {} {:?}",
-            r.seq,
-            r.event
-        );
-    }
+    common::watch::a_slow_watcher_sees_none_of_the_next_run(&host, LIMIT, async |old| {
+        common::watch::delete_then_start(&host, old).await
+    })
+    .await?;
     host.shutdown().await?;
     Ok(())
 }

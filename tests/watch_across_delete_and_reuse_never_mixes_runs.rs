@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::watch::same;
 use common::within;
 use common::workflows::Tagged;
 use futures::StreamExt;
@@ -14,58 +15,14 @@ use reel::Record;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-fn same(a: &Record, b: &Record) -> bool {
-    a.seq == b.seq && a.event == b.event
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_watcher_of_a_deleted_run_sees_none_of_the_next_run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let host = common::hosts::open(dir.path(), Tagged).await?;
-    let old = host.start::<Tagged>("reused", ("old".into(), 1)).await?;
-    within(LIMIT, "the old run's wait", old.wait_until_suspended()).await??;
-
-    // A watcher reads the first record, then is not read for a while.
-    let mut watch = Box::pin(old.watch());
-    let first = within(LIMIT, "the first record", watch.next())
-        .await?
-        .expect("a first record")?;
-    assert_eq!(first.seq, 0);
-
-    // Meanwhile the old run ends, is deleted, and a longer run takes its id.
-    old.signal("go", &1u32, "g").await?;
-    assert_eq!(within(LIMIT, "the old run", old.result()).await??, "old");
-    let old_records = old.records().await?;
-    old.delete().await?;
-    let new = host.start::<Tagged>("reused", ("new".into(), 6)).await?;
-    new.signal("go", &2u32, "g").await?;
-    assert_eq!(within(LIMIT, "the new run", new.result()).await??, "new");
-    let new_records = new.records().await?;
-    assert!(new_records.len() > old_records.len());
-
-    // The watcher goes on reading: it may see the rest of the old run, or stop
-    // (the run it watched is gone), but must not see the new run's records.
-    let rest: Vec<_> = within(LIMIT, "the rest of the watch", watch.collect::<Vec<_>>()).await?;
-    let mut seen = vec![first];
-    for item in rest {
-        match item {
-            Ok(r) => seen.push(r),
-            Err(_) => break,
-        }
-    }
-    for r in &seen {
-        let in_old = old_records.iter().any(|o| same(o, r));
-        assert!(
-            in_old,
-            "the watch of the deleted run yielded a record of the run that reused its id: \
-             seq {} {:?}\nseen: {:?}",
-            r.seq,
-            r.event,
-            seen.iter()
-                .map(|r| (r.seq, r.event.kind()))
-                .collect::<Vec<_>>()
-        );
-    }
+    common::watch::a_slow_watcher_sees_none_of_the_next_run(&host, LIMIT, async |old| {
+        common::watch::delete_then_start(&host, old).await
+    })
+    .await?;
     host.shutdown().await?;
     Ok(())
 }

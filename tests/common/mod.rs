@@ -6,15 +6,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 pub mod cart;
+pub mod churn;
 pub mod counting;
 pub mod counts;
 pub mod hosts;
 pub mod kill;
+pub mod late_child;
+pub mod listing;
 pub mod log_checks;
 pub mod replay;
 pub mod schedules;
 pub mod status;
 pub mod tokens;
+pub mod watch;
 pub mod workflows;
 
 /// Counts how often a body really ran.
