@@ -2,10 +2,11 @@
 //! (after the records are committed and readable), so a reader (`watch`) reads
 //! the new records from the store without polling. The store tells
 //! [`LogWatchers`] through its [`CommitListener`]; a run nobody watches costs the
-//! writer one atomic load per batch.
+//! writer two fenced atomic loads per batch (before the commit, and after it: a
+//! watch taken in between is woken to re-read, `missed`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
 
 use reel_storage::CommitListener;
@@ -38,6 +39,10 @@ impl LogWatchers {
                 rx
             }
         };
+        // Before the caller's first read of the log: a writer that commits and
+        // then finds no one watching (`wants`, fenced too) committed before that
+        // read, which sees the records; otherwise it tells (`grew`, `missed`).
+        fence(Ordering::SeqCst);
         LogWatch {
             run_id: run_id.to_owned(),
             rx,
@@ -73,12 +78,22 @@ impl LogWatchers {
 
 impl CommitListener for LogWatchers {
     fn wants(&self) -> bool {
+        // Ordered after the commit the writer just made (see `watch`).
+        fence(Ordering::SeqCst);
         self.watched.load(Ordering::Acquire) > 0
     }
 
     fn grew(&self, run_id: &str, next_seq: u64) {
         if let Some(tx) = self.runs().get(run_id) {
             tx.send_replace(next_seq);
+        }
+    }
+
+    /// Wakes every watch: each re-reads its log (a watch that finds nothing new
+    /// waits again).
+    fn missed(&self) {
+        for tx in self.runs().values() {
+            tx.send_modify(|_| {});
         }
     }
 }

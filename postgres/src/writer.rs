@@ -114,11 +114,8 @@ pub(crate) async fn writer_loop(
 ) {
     let mut pending = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut pending, MAX_BATCH).await > 0 {
-        let watching = listener
-            .read()
-            .ok()
-            .and_then(|l| l.clone())
-            .filter(|l| l.wants());
+        let registered = listener.read().ok().and_then(|l| l.clone());
+        let watching = registered.clone().filter(|l| l.wants());
         // What each append would grow its log to, told once it landed.
         let grows: Vec<Option<(String, u64)>> = match &watching {
             Some(_) => pending.iter().map(|r| r.append.grows()).collect(),
@@ -142,6 +139,14 @@ pub(crate) async fn writer_loop(
             .unzip();
         let (mut requests, receivers): (Vec<_>, Vec<_>) = answers.into_iter().unzip();
         commit(&pool, &mut requests, fence.as_deref()).await;
+        // A watch taken during this batch may have read a log before the commit:
+        // what grew was not collected, so it must re-read (told before any answer,
+        // as `grew` is).
+        if watching.is_none()
+            && let Some(l) = registered.filter(|l| l.wants())
+        {
+            l.missed();
+        }
         for (i, (reply, rx)) in replies.into_iter().zip(receivers).enumerate() {
             let outcome = rx.await.unwrap_or(Err(StorageError::Closed));
             if outcome.is_ok()

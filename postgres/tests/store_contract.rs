@@ -51,6 +51,11 @@ async fn postgres_store_meets_the_backend_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_tells_a_listener_that_begins_during_a_commit() {
+    validation::a_listener_that_begins_during_a_commit_hears_of_it(&Pg::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_format_or_a_newer_schema_is_refused() {
     let url = support::database("format").await;
     PgStore::connect(&url).await.expect("create").close();

@@ -178,6 +178,15 @@ pub trait CommitListener: Send + Sync {
     /// `run_id`'s log now ends before `next_seq`: its records up to there are
     /// committed and readable. Called from the backend's writer: must not block.
     fn grew(&self, run_id: &str, next_seq: u64);
+
+    /// Someone began listening while a commit was under way that the backend
+    /// collected nothing for (`wants` said no before it): any log listened to now
+    /// may have grown in it. A backend that asks `wants` before a commit asks it
+    /// again after the commit and calls this when the answer turned to yes, so a
+    /// listener that read the log before the commit landed still hears of it.
+    /// Called from the backend's writer: must not block. The default does
+    /// nothing.
+    fn missed(&self) {}
 }
 
 /// Appends to run logs.

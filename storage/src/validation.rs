@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 mod cluster;
 mod deletion;
+mod listener;
 mod listing;
 mod schedules;
 
@@ -28,6 +29,7 @@ pub use cluster::{
     run_cluster_checks, writes_need_the_lease,
 };
 pub use deletion::delete_removes_only_the_run_checked;
+pub use listener::a_listener_that_begins_during_a_commit_hears_of_it;
 pub use listing::{listing_follows_each_change, listing_pages_and_counts};
 pub use schedules::schedules_swap_atomically;
 

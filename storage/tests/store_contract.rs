@@ -84,3 +84,8 @@ async fn fjall_store_meets_the_backend_contract() {
 async fn mem_store_meets_the_backend_contract() {
     validation::run_all(Mem::default).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fjall_store_tells_a_listener_that_begins_during_a_commit() {
+    validation::a_listener_that_begins_during_a_commit_hears_of_it(&Fjall::new()).await;
+}

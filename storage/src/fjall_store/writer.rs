@@ -240,7 +240,7 @@ fn commit_batch(
     listing: &mut ListingWriter,
     pending: &mut Vec<Request>,
     failed: &mut Option<String>,
-    listener: &Listener,
+    listeners: &Listener,
 ) {
     // fjall refuses every write after a failed one (it cannot know what reached the
     // disk): answer with the original failure, which names the cause (disk full),
@@ -261,12 +261,10 @@ fn commit_batch(
         cache.0.clear();
     }
     let mut finished_runs = Vec::new();
-    // Only collected while someone follows a log.
-    let listener = listener
-        .read()
-        .ok()
-        .and_then(|l| l.clone())
-        .filter(|l| l.wants());
+    // Only collected while someone follows a log. Someone who starts following
+    // one after this is told after the commit (`missed`).
+    let registered = listeners.read().ok().and_then(|l| l.clone());
+    let listener = registered.clone().filter(|l| l.wants());
     let mut grown: Vec<(String, u64)> = Vec::new();
     let durable = pending.iter().any(|r| r.append.durable);
     // Sized up front: a batch of thousands of appends would otherwise grow (and
@@ -397,6 +395,10 @@ fn commit_batch(
             for (run_id, next) in &grown {
                 l.grew(run_id, *next);
             }
+        } else if let Some(l) = registered.filter(|l| l.wants()) {
+            // A watch taken during this batch may have read the log before the
+            // commit: what grew was not collected, so it must re-read.
+            l.missed();
         }
     }
     for reply in accepted {
