@@ -264,3 +264,9 @@ pub(crate) fn closing_reason(state: &RunState, requested: Option<&str>) -> Optio
         _ => None,
     }
 }
+
+/// The reason a run that continues as new gives the children its old segment
+/// waited on: the words of its cancel request (`requested`) when it had one.
+pub(crate) fn continued_reason(requested: Option<&str>) -> String {
+    requested.map_or_else(|| "parent continued as new".to_owned(), parent_cancelled)
+}

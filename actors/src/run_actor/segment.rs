@@ -23,7 +23,7 @@ use reel_storage::{Event, Payload, RunState, TimerEntry};
 use super::RunActor;
 use crate::error::ActorError;
 use crate::journal::{Journal, is_host_timer};
-use crate::message::parent_cancelled;
+use crate::message::continued_reason;
 
 /// What the new segment begins with, taken from the old one.
 struct Carried {
@@ -89,10 +89,7 @@ impl RunActor {
         meta.segment += 1;
         // A cancelling run's children are asked in the words of its request, as
         // when it ends (`RunActor::finish`).
-        let reason = match self.cancel_requested() {
-            Some(reason) => parent_cancelled(&reason),
-            None => "parent continued as new".to_owned(),
-        };
+        let reason = continued_reason(self.cancel_requested().as_deref());
         let letters = self.cancel_letters(&children, &reason, false);
         self.journal
             .append_final(events.clone(), meta.clone(), old.remove, letters)
