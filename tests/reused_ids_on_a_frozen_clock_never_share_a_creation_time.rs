@@ -309,7 +309,6 @@ async fn start_across_a_delete(
 
 /// A start of an id that began while the old run stood and writes after that run
 /// was deleted creates a new run; it must still be created after the deleted one.
-#[ignore = "limitation, documented in README (A reused id is another run): a start that read the clock before the delete of its id landed, and writes after it, can share the deleted run's creation time"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_start_racing_the_delete_of_its_id_is_created_later() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -341,7 +340,6 @@ async fn a_start_racing_the_delete_of_its_id_is_created_later() -> anyhow::Resul
 /// What it costs when the start above shares the deleted run's creation time: a
 /// slow watcher of the old run goes on into the new run's records
 /// (`runs_of_one_id_within_one_millisecond_are_told_apart.rs` without the race).
-#[ignore = "limitation, documented in README (A reused id is another run): a start that read the clock before the delete of its id landed, and writes after it, can share the deleted run's creation time"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_watcher_sees_none_of_a_run_whose_start_raced_the_delete() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;

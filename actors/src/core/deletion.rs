@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use reel_storage::Ticket;
 use reel_storage::listing::RunQuery;
 
 use super::*;
@@ -44,29 +45,51 @@ impl Core {
     /// keeps to the run it began on, a delete removes only the run it checked).
     pub(super) fn creation_time(&self, run_id: &str) -> u64 {
         let now = self.options.clock.now_ms();
-        let deleted = self
-            .deleted_creations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .times
-            .get(run_id)
-            .copied();
+        let deleted = self.deleted_creations().times.get(run_id).copied();
         deleted.map_or(now, |c| now.max(c.saturating_add(1)))
     }
 
-    /// Notes that the run `run_id` created at `created_at` was deleted.
-    fn remember_deleted(&self, run_id: &str, created_at: u64) {
-        let mut deleted = self
-            .deleted_creations
+    /// The memory of deleted runs' creation times.
+    fn deleted_creations(&self) -> std::sync::MutexGuard<'_, DeletedCreations> {
+        self.deleted_creations
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let DeletedCreations { times, prune_at } = &mut *deleted;
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that the run `run_id` created at `created_at` is being deleted.
+    fn remember_deleted(&self, deleted: &mut DeletedCreations, run_id: &str, created_at: u64) {
+        let DeletedCreations { times, prune_at } = deleted;
         if times.len() >= *prune_at {
             let now = self.options.clock.now_ms();
             times.retain(|_, c| *c >= now);
             *prune_at = (2 * times.len()).max(PRUNE_AT_LEAST);
         }
         times.insert(run_id.to_owned(), created_at);
+    }
+
+    /// Submits a new run's first write (`append`, which carries its metadata),
+    /// created after every run of its id this host has deleted or is deleting:
+    /// a creation time read before such a delete is moved past the deleted run's.
+    /// The memory of deletes stays locked from that check to the submission, and
+    /// a delete is noted before its own submission, so the store receives a
+    /// delete and a creation of one id in an order their creation times agree
+    /// with. Returns the creation time written.
+    pub(super) fn submit_created(&self, mut append: Append) -> (Ticket, u64) {
+        let deleted = self.deleted_creations();
+        let floor = deleted
+            .times
+            .get(&append.run_id)
+            .map(|c| c.saturating_add(1));
+        let mut created_at = append.at.unwrap_or_default();
+        if let Some(meta) = &mut append.meta {
+            if let Some(floor) = floor.filter(|f| *f > meta.created_at) {
+                meta.created_at = floor;
+                meta.updated_at = meta.updated_at.max(floor);
+            }
+            created_at = meta.created_at;
+            append.at = append.at.map(|at| at.max(created_at));
+        }
+        (self.store.submit(append), created_at)
     }
 
     /// Deletes a finished run: its log (every segment), metadata and index
@@ -143,10 +166,14 @@ impl Core {
         // log as long, is refused (a conflict: looked at again, it is that new
         // run, to delete or refuse like any other, or `UnknownRun` to a
         // retention pass).
-        self.store
-            .delete(run_id, next, meta.created_at, Vec::new())
-            .await?;
-        self.remember_deleted(run_id, meta.created_at);
+        // Noted before it reaches the store, under the lock a new run's first
+        // write is submitted under (`Core::submit_created`).
+        let deleting = {
+            let mut deleted = self.deleted_creations();
+            self.remember_deleted(&mut deleted, run_id, meta.created_at);
+            self.store.delete(run_id, next, meta.created_at, Vec::new())
+        };
+        deleting.await?;
         self.unrecorded_parks
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -127,7 +127,7 @@ impl Core {
         let now = meta.created_at;
         let add_timers: Vec<TimerEntry> =
             timers.unwrap_or_else(|| events.iter().filter_map(|e| timer_of(&run_id, e)).collect());
-        let (meta_copy, events_copy) = (meta.clone(), events.clone());
+        let (mut meta_copy, events_copy) = (meta.clone(), events.clone());
         let enqueued = meta.state == RunState::Enqueued;
         // The permit for the activation is taken before the write, so a caller that
         // stops waiting can no longer leave a written run without its activation.
@@ -147,21 +147,21 @@ impl Core {
                 .map(|t| (t.fire_at, t.timer_id.clone()))
                 .collect(),
         });
-        let created = self
-            .store
-            .submit(Append {
-                run_id: run_id.clone(),
-                expected_seq: Some(0),
-                events,
-                meta: Some(meta),
-                add_timers: add_timers.clone(),
-                durable: true,
-                at: Some(now),
-                mail,
-                ..Append::default()
-            })
-            .await;
-        match created {
+        let (created, created_at) = self.submit_created(Append {
+            run_id: run_id.clone(),
+            expected_seq: Some(0),
+            events,
+            meta: Some(meta),
+            add_timers: add_timers.clone(),
+            durable: true,
+            at: Some(now),
+            mail,
+            ..Append::default()
+        });
+        // Later than read above when a delete of the id was under way.
+        meta_copy.updated_at = meta_copy.updated_at.max(created_at);
+        meta_copy.created_at = created_at;
+        match created.await {
             Ok(()) => {
                 if let Some(h) = &handed {
                     h.journal.go_live();
