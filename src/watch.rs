@@ -5,6 +5,7 @@
 //! slowly only falls behind in the store, never holds the run up.
 
 use std::collections::VecDeque;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::Stream;
 use reel_actors::LogWatch;
@@ -86,7 +87,7 @@ impl Follow {
                     self.created_at = Some(meta.created_at);
                     meta.state.is_finished()
                 }
-                Ok(None) if self.next == 0 => {
+                Ok(None) if self.next == 0 && self.created_at.is_none() => {
                     return Some(Err(Error::UnknownRun(run_id.to_string())));
                 }
                 // Deleted while watched.
@@ -140,18 +141,47 @@ impl AnyRun {
     /// disconnect (pass the last seen `seq + 1`). Past the end of a finished run's
     /// log the stream ends at once. A sequence number names no run of an id: if
     /// the run was deleted and its id used again meanwhile, this reads the new
-    /// run (a watch that stays connected ends when its run is deleted).
+    /// run (a watch that stays connected ends when its run is deleted). To resume
+    /// the watch of one run, whatever became of its id, use
+    /// [`AnyRun::watch_run_from`].
     ///
     /// # Errors
     /// As [`AnyRun::watch`].
     pub fn watch_from(&self, seq: u64) -> impl Stream<Item = Result<Record>> + Send + 'static {
+        self.follow(seq, None)
+    }
+
+    /// [`AnyRun::watch_from`] that keeps to the run created at `created_at`
+    /// ([`RunInfo::created_at`](crate::RunInfo), read when the watch began): a
+    /// resume after that run was deleted ends at once, also when its id has been
+    /// used again by a new run, whose records it never reads.
+    ///
+    /// # Errors
+    /// As [`AnyRun::watch`], but a run that is gone ends the stream (as when it is
+    /// deleted while watched) rather than [`Error::UnknownRun`].
+    pub fn watch_run_from(
+        &self,
+        created_at: SystemTime,
+        seq: u64,
+    ) -> impl Stream<Item = Result<Record>> + Send + 'static {
+        let ms = created_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.follow(seq, Some(ms))
+    }
+
+    fn follow(
+        &self,
+        seq: u64,
+        created_at: Option<u64>,
+    ) -> impl Stream<Item = Result<Record>> + Send + 'static {
         let follow = Follow {
             run: self.clone(),
             next: seq,
             watch: None,
             buffer: VecDeque::new(),
             done: false,
-            created_at: None,
+            created_at,
         };
         futures::stream::unfold(follow, |mut f| async move {
             let item = f.next_item().await?;

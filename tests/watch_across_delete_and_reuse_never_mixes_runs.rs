@@ -28,7 +28,6 @@ async fn a_slow_watcher_of_a_deleted_run_sees_none_of_the_next_run() -> anyhow::
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "limitation, documented on AnyRun::watch_from: a resume position names no run of an id, so a resume after delete + reuse reads the new run"]
 async fn a_watch_resumed_after_delete_and_reuse_does_not_splice_the_runs() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let host = common::hosts::open(dir.path(), Tagged).await?;
@@ -42,6 +41,7 @@ async fn a_watch_resumed_after_delete_and_reuse_does_not_splice_the_runs() -> an
     )
     .await?;
     let resume_at = head.last().expect("two records").seq + 1;
+    let created_at = old.info().await?.created_at;
 
     old.signal("go", &1u32, "g").await?;
     within(LIMIT, "the old run", old.result()).await??;
@@ -57,7 +57,8 @@ async fn a_watch_resumed_after_delete_and_reuse_does_not_splice_the_runs() -> an
     let tail: Vec<_> = within(
         LIMIT,
         "the resumed watch",
-        old.watch_from(resume_at).collect::<Vec<_>>(),
+        old.watch_run_from(created_at, resume_at)
+            .collect::<Vec<_>>(),
     )
     .await?;
     let tail: Vec<Record> = tail.into_iter().map_while(Result::ok).collect();
@@ -71,6 +72,49 @@ async fn a_watch_resumed_after_delete_and_reuse_does_not_splice_the_runs() -> an
         "a watch resumed at seq {resume_at} after the run was deleted and its id \
          reused spliced the new run's records onto the old run's: {foreign:?}"
     );
+    host.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resumed_on_its_run_reads_on_to_its_end() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = common::hosts::open(dir.path(), Tagged).await?;
+    let run = host.start::<Tagged>("kept", ("only".into(), 2)).await?;
+    within(LIMIT, "the run's wait", run.wait_until_suspended()).await??;
+    let head: Vec<Record> = within(
+        LIMIT,
+        "the head",
+        run.watch().take(2).map(|r| r.expect("a record")).collect(),
+    )
+    .await?;
+    let created_at = run.info().await?.created_at;
+    run.signal("go", &1u32, "g").await?;
+    within(LIMIT, "the run", run.result()).await??;
+    let tail: Vec<Record> = within(
+        LIMIT,
+        "the resumed watch",
+        run.watch_run_from(created_at, head[1].seq + 1)
+            .map(|r| r.expect("a record"))
+            .collect(),
+    )
+    .await?;
+    let all = run.records().await?;
+    let resumed: Vec<u64> = head.iter().chain(&tail).map(|r| r.seq).collect();
+    let expected: Vec<u64> = all.iter().map(|r| r.seq).collect();
+    assert_eq!(
+        resumed, expected,
+        "head and resumed tail against the whole log"
+    );
+    // A resume that names another creation time reads nothing of this run.
+    let other = created_at + Duration::from_millis(1);
+    let none: Vec<_> = within(
+        LIMIT,
+        "a resume naming another run",
+        run.watch_run_from(other, 0).collect::<Vec<_>>(),
+    )
+    .await?;
+    assert!(none.is_empty(), "read {} items of another run", none.len());
     host.shutdown().await?;
     Ok(())
 }

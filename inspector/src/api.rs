@@ -178,17 +178,19 @@ pub(crate) async fn watch(
     headers: HeaderMap,
     q: Params,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    let mut after = None;
+    let (mut after, mut created_at) = (None, None);
     for (k, v) in params(q)? {
-        if k == "after" {
-            after = Some(number(&k, &v)?);
+        match k.as_str() {
+            "after" => after = Some(number(&k, &v)?),
+            "created_at" => created_at = Some(number::<u64>(&k, &v)?),
+            _ => {}
         }
     }
     // A reconnecting `EventSource` says where it got to; that beats the URL's `after`.
     if let Some(v) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         after = Some(number::<u64>("Last-Event-ID", v)?);
     }
-    let records = ops::watch(&s.host, &id, after).await?;
+    let records = ops::watch(&s.host, &id, after, created_at).await?;
     let first = stream::iter([Ok(SseEvent::default().retry(ops::WATCH_RETRY))]);
     let events = records.map(|r| {
         Ok(match r {

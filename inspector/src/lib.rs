@@ -32,7 +32,7 @@
 //! | `GET /api/count` | `{"total", "by_status"}` |
 //! | `GET /api/runs/{id}` | the run: status, children, creation time |
 //! | `GET /api/runs/{id}/records?after=&limit=` | its log, payloads decoded to JSON ([`event_to_json`]); `{"records", "next"}` (`next`: the `after` of the next page; `limit` at least 1) |
-//! | `GET /api/runs/{id}/watch` | its records as server-sent events (`id` = sequence number; a resume with `Last-Event-ID` goes on from that position, which names no run of an id: after the run was deleted and its id used again it reads the new run) |
+//! | `GET /api/runs/{id}/watch` | its records as server-sent events (`id` = sequence number; a resume with `Last-Event-ID` goes on from that position; `created_at` (ms, as in the run's info) keeps the watch and its resumes to that run: none of a later run under its id) |
 //! | `POST /api/runs/{id}/{signal,cancel,terminate,pause,resume,retry,fork,delete}` | the actions; 403 in read-only mode; a signal's JSON payload is sent as MessagePack as it is (an object's keys are strings: a wait on a map keyed by numbers cannot take it) |
 //!
 //! Errors are JSON `{"error": "..."}`: 400 malformed input, 403 read-only, 404

@@ -4,7 +4,7 @@
 //! `Host::fork`).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::stream::{BoxStream, StreamExt};
 use reel::{Cursor, Host, Record, RunFilter, RunInfo, StatusKind};
@@ -70,20 +70,25 @@ pub(crate) async fn count(host: &Host) -> Result<BTreeMap<StatusKind, u64>, ApiE
 pub(crate) const WATCH_RETRY: Duration = Duration::from_millis(500);
 
 /// The run's records after `after` (all of them without it), then each one as
-/// it lands, ending after the run's terminal record.
+/// it lands, ending after the run's terminal record. With `created_at` (ms),
+/// only the run created then: none of a later run under its id.
 pub(crate) async fn watch(
     host: &Host,
     run_id: &str,
     after: Option<u64>,
+    created_at: Option<u64>,
 ) -> Result<BoxStream<'static, Result<Record, ApiError>>, ApiError> {
     let run = host.run(run_id);
     // An unknown run is a 404, not a stream with an error in it.
     run.status().await?;
     let from = after.map_or(0, |a| a.saturating_add(1));
-    Ok(run
-        .watch_from(from)
-        .map(|r| r.map_err(ApiError::from))
-        .boxed())
+    let records = match created_at {
+        Some(ms) => run
+            .watch_run_from(UNIX_EPOCH + Duration::from_millis(ms), from)
+            .boxed(),
+        None => run.watch_from(from).boxed(),
+    };
+    Ok(records.map(|r| r.map_err(ApiError::from)).boxed())
 }
 
 /// `host.run(run_id).pause()`.

@@ -150,6 +150,14 @@ async fn the_router_lists_shows_and_operates_runs() -> anyhow::Result<()> {
     let seq = last["seq"].as_u64().expect("seq");
     let (_, sse) = text(&app, &format!("/api/runs/w1/watch?after={}", seq - 1)).await;
     assert_eq!(sse.matches("event: record").count(), 1, "{sse}");
+    // Kept to the run created when its info says: none of another run's records.
+    let (_, info) = call(&app, "GET", "/api/runs/w1", "").await;
+    let created = info["created_at"].as_u64().expect("created_at");
+    let at = |created: u64| format!("/api/runs/w1/watch?after={}&created_at={created}", seq - 1);
+    let (_, sse) = text(&app, &at(created)).await;
+    assert_eq!(sse.matches("event: record").count(), 1, "{sse}");
+    let (_, sse) = text(&app, &at(created + 1)).await;
+    assert_eq!(sse.matches("event: record").count(), 0, "{sse}");
 
     // A cancel over HTTP ends w2.
     let (s, _) = call(

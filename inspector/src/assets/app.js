@@ -101,7 +101,9 @@ async function showRun(id) {
     render();
   } catch (e) { document.getElementById("info").innerHTML = `<span class="error">${esc(e.message)}</span> <a href="#/">back to runs</a>`; return; }
   const last = run.records.length ? run.records[run.records.length - 1].seq : null;
-  source = new EventSource(BASE + `api/runs/${enc(id)}/watch` + (last === null ? "" : `?after=${last}`));
+  // Kept to this run: a reconnect never reads a later run under its id.
+  const query = [`created_at=${run.info.created_at}`].concat(last === null ? [] : [`after=${last}`]);
+  source = new EventSource(BASE + `api/runs/${enc(id)}/watch?` + query.join("&"));
   source.addEventListener("open", () => document.getElementById("live").textContent = "● live");
   source.addEventListener("record", (ev) => {
     const r = JSON.parse(ev.data);
