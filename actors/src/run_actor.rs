@@ -158,12 +158,32 @@ impl RunActor {
                 let store = args.store.clone();
                 let id = args.run_id.clone();
                 let read = blocking(move || {
-                    let meta = store.get_run(&id)?;
-                    let from = meta.as_ref().map_or(0, |m| m.segment_start);
-                    match store.read_log_from(&id, from) {
-                        // The store could not be reached: not an unreadable log.
-                        Err(e @ StorageError::Io(_)) if store.outages_pass() => Err(e),
-                        log => Ok((meta, log)),
+                    let mut tries = 0;
+                    loop {
+                        tries += 1;
+                        let meta = store.get_run(&id)?;
+                        let from = meta.as_ref().map_or(0, |m| m.segment_start);
+                        let log = match store.read_log_from(&id, from) {
+                            // The store could not be reached: not an unreadable log.
+                            Err(e @ StorageError::Io(_)) if store.outages_pass() => {
+                                return Err(e);
+                            }
+                            log => log,
+                        };
+                        // The two reads share no snapshot: a delete landing between
+                        // them (of a finished run only) gives the deleted run's
+                        // record with no log, or with the log of a new run under
+                        // the id. An actor built from that would refuse every
+                        // message as unreadable, or take the new run for the
+                        // finished one, for as long as it lives. Such a read is
+                        // made again: the record must be the same after the log.
+                        let suspect = meta.as_ref().is_some_and(|m| {
+                            m.state.is_finished()
+                                || !matches!(&log, Ok(l) if matches!(l.first(), Some(Event::RunStarted { .. })))
+                        });
+                        if !suspect || tries == 3 || store.get_run(&id)? == meta {
+                            return Ok((meta, log));
+                        }
                     }
                 })
                 .await;
