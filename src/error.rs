@@ -243,6 +243,19 @@ impl From<Failure> for Error {
                 reason,
             },
             Failure::ChildCycle { cycle } => Error::ChildCycle { cycle },
+            Failure::UnknownRun(r) => Error::UnknownRun(r),
+            Failure::RunFinished(r) => Error::RunFinished(r),
+            Failure::RunExists { run_id, workflow } => Error::RunExists { run_id, workflow },
+            Failure::WorkflowMismatch {
+                run_id,
+                expected,
+                found,
+            } => Error::WorkflowMismatch {
+                run_id,
+                expected,
+                found,
+            },
+            Failure::InvalidArgument(m) => Error::InvalidArgument(m),
             other => Error::Failed(other.to_string()),
         }
     }
@@ -288,6 +301,19 @@ impl From<&Error> for Failure {
                 reason,
             },
             Error::ChildCycle { cycle } => Failure::ChildCycle { cycle },
+            Error::UnknownRun(r) => Failure::UnknownRun(r),
+            Error::RunFinished(r) => Failure::RunFinished(r),
+            Error::RunExists { run_id, workflow } => Failure::RunExists { run_id, workflow },
+            Error::WorkflowMismatch {
+                run_id,
+                expected,
+                found,
+            } => Failure::WorkflowMismatch {
+                run_id,
+                expected,
+                found,
+            },
+            Error::InvalidArgument(m) => Failure::InvalidArgument(m),
             other => Failure::Other(other.to_string()),
         }
     }

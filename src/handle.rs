@@ -67,8 +67,12 @@ impl<W: Workflow> RunHandle<W> {
     /// Waits for the run to end and returns its output.
     ///
     /// # Errors
-    /// The recorded error of a failed run (for example [`Error::Step`]),
-    /// [`Error::Cancelled`], the parking error of a parked run
+    /// The recorded error of a failed run, the variant its handler returned, live
+    /// and after a restart: [`Error::Step`], [`Error::Failed`], and the errors of
+    /// runs the handler reached ([`Error::UnknownRun`], [`Error::RunFinished`],
+    /// [`Error::RunExists`], [`Error::WorkflowMismatch`],
+    /// [`Error::InvalidArgument`], [`Error::ChildCycle`]; any other variant comes
+    /// back as [`Error::Failed`] with its text); [`Error::Cancelled`], the parking error of a parked run
     /// ([`Error::ReplayDivergence`], [`Error::VersionMismatch`], [`Error::Crashed`]),
     /// [`Error::UnknownRun`], [`Error::WorkflowMismatch`] for a run of another
     /// workflow than `W` (at once, without waiting), [`Error::Codec`] if the output

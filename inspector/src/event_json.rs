@@ -95,6 +95,11 @@ pub fn failure_to_json(f: &Failure) -> Value {
         Failure::Crashed(_) => "Crashed",
         Failure::Corrupt { .. } => "Corrupt",
         Failure::ChildCycle { .. } => "ChildCycle",
+        Failure::UnknownRun(_) => "UnknownRun",
+        Failure::RunFinished(_) => "RunFinished",
+        Failure::RunExists { .. } => "RunExists",
+        Failure::WorkflowMismatch { .. } => "WorkflowMismatch",
+        Failure::InvalidArgument(_) => "InvalidArgument",
         _ => "Other",
     };
     let mut out = json!({ "kind": kind, "message": f.to_string() });

@@ -98,7 +98,11 @@ impl TestClock {
     }
 
     /// The due time of the earliest pending wait on the clock (a host's next
-    /// timer), if any.
+    /// timer), if any. A host arms a run's timer once the write that schedules it
+    /// has landed, a moment after the run is seen waiting (`wait_until_suspended`),
+    /// and again after a reopen: poll for it rather than read it once. Moving the
+    /// clock needs no such wait: a timer armed later whose time has passed fires
+    /// at once.
     pub fn next_due(&self) -> Option<SystemTime> {
         self.0.lock().sleepers.keys().next().map(|k| k.0)
     }

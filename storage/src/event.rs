@@ -123,6 +123,28 @@ pub enum Failure {
         /// The runs, each waiting on the next: the caller first and last.
         cycle: Vec<String>,
     },
+    /// A run the handler named (a signal's receiver) does not exist.
+    UnknownRun(String),
+    /// A run the handler signalled had finished.
+    RunFinished(String),
+    /// A run id the handler gave a new run is taken by a run of another workflow.
+    RunExists {
+        /// The run id.
+        run_id: String,
+        /// The workflow of the run that has it.
+        workflow: String,
+    },
+    /// A run the handler reached as a run of one workflow is a run of another.
+    WorkflowMismatch {
+        /// The run id.
+        run_id: String,
+        /// The workflow the handler expected.
+        expected: String,
+        /// The run's workflow.
+        found: String,
+    },
+    /// An argument the handler passed was refused (a malformed run id, ...).
+    InvalidArgument(String),
 }
 
 impl fmt::Display for Failure {
@@ -170,6 +192,23 @@ impl fmt::Display for Failure {
                 "child runs would wait on each other for ever: {}",
                 cycle.join(" → ")
             ),
+            Failure::UnknownRun(r) => write!(f, "unknown run `{r}`"),
+            Failure::RunFinished(r) => write!(f, "run `{r}` has finished"),
+            Failure::RunExists { run_id, workflow } => {
+                write!(
+                    f,
+                    "run id `{run_id}` is taken by a run of workflow `{workflow}`"
+                )
+            }
+            Failure::WorkflowMismatch {
+                run_id,
+                expected,
+                found,
+            } => write!(
+                f,
+                "run `{run_id}` is a run of workflow `{found}`, not `{expected}`"
+            ),
+            Failure::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
         }
     }
 }

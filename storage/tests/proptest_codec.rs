@@ -66,6 +66,17 @@ fn failure() -> BoxedStrategy<Failure> {
             }
         ),
         vec(text(), 0..5).prop_map(|cycle| Failure::ChildCycle { cycle }),
+        text().prop_map(Failure::UnknownRun),
+        text().prop_map(Failure::RunFinished),
+        (text(), text()).prop_map(|(run_id, workflow)| Failure::RunExists { run_id, workflow }),
+        (text(), text(), text()).prop_map(|(run_id, expected, found)| {
+            Failure::WorkflowMismatch {
+                run_id,
+                expected,
+                found,
+            }
+        }),
+        text().prop_map(Failure::InvalidArgument),
     ]
     .boxed()
 }

@@ -49,6 +49,18 @@ fn all_failures() -> Vec<Failure> {
         Failure::Codec("invalid type: string, expected u64".into()),
         Failure::Crashed("panicked at 'boom'".into()),
         Failure::Other("something else ✗".into()),
+        Failure::UnknownRun("nobody".into()),
+        Failure::RunFinished("done".into()),
+        Failure::RunExists {
+            run_id: "order-1".into(),
+            workflow: "refund".into(),
+        },
+        Failure::WorkflowMismatch {
+            run_id: "order-1".into(),
+            expected: "checkout".into(),
+            found: "refund".into(),
+        },
+        Failure::InvalidArgument("run id is empty".into()),
     ]
 }
 
