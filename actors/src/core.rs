@@ -335,12 +335,12 @@ impl Core {
                 live.push(actor.clone());
             }
         }
-        for actor in &live {
+        // All at once: an actor in the middle of a slow write holds up only itself.
+        futures::future::join_all(live.iter().map(|actor| async move {
             let _ = ask(actor, StopRun).await;
-        }
-        for actor in &live {
             actor.wait_for_shutdown().await;
-        }
+        }))
+        .await;
         let mut supervisors = vec![self.supervisors.lock().await.0.clone()];
         supervisors.extend(
             self.retired_supervisors
