@@ -150,9 +150,20 @@ pub struct Page<T> {
     pub next: Option<Cursor>,
 }
 
-fn millis(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// A bound as the store compares it: whole milliseconds since the epoch, where
+/// runs' start times are kept. Rounded up, so a bound inside a millisecond
+/// keeps the runs started in it on the side they are reported on
+/// ([`RunInfo::created_at`] is that millisecond): before a later bound, not at
+/// or after it.
+fn bound_millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        if d.subsec_nanos() % 1_000_000 == 0 {
+            ms
+        } else {
+            ms.saturating_add(1)
+        }
+    })
 }
 
 impl Host {
@@ -178,8 +189,8 @@ impl Host {
             status: filter.status,
             workflow: filter.workflow,
             version: filter.version,
-            created_after: filter.created_after.map(millis),
-            created_before: filter.created_before.map(millis),
+            created_after: filter.created_after.map(bound_millis),
+            created_before: filter.created_before.map(bound_millis),
             parent: filter.parent,
             limit: filter.limit,
             after: filter.after.map(|c| c.0),
