@@ -214,6 +214,7 @@ impl Ctx {
     pub(crate) fn new(
         run: RunIdentity,
         history: &Arc<Vec<Event>>,
+        base: u64,
         journal: Option<Journal>,
         services: Option<Services>,
         policy: RetryPolicy,
@@ -229,7 +230,7 @@ impl Ctx {
                 services,
                 policy,
                 state: Mutex::new(State {
-                    replay: Replay::new(history),
+                    replay: Replay::new(history, base),
                     slots: Slots::default(),
                     caught_up: false,
                     bodies: 0,

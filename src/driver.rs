@@ -482,7 +482,8 @@ where
     }
 }
 
-/// Runs one execution of `workflow` against `history`; shared by the live engine and
+/// Runs one execution of `workflow` against `history` (the segment whose first
+/// event is the run's sequence number `base`); shared by the live engine and
 /// `reel::testing`. Returns the stream of outcomes and the execution's `Ctx`.
 pub(crate) fn execute<W: Workflow>(
     workflow: Arc<W>,
@@ -490,6 +491,7 @@ pub(crate) fn execute<W: Workflow>(
     segment: u32,
     parent: Option<String>,
     history: Arc<Vec<Event>>,
+    base: u64,
     journal: Option<Journal>,
     services: Option<Services>,
 ) -> (Pin<Box<dyn Stream<Item = Outcome> + Send>>, Ctx) {
@@ -502,6 +504,7 @@ pub(crate) fn execute<W: Workflow>(
     let ctx = Ctx::new(
         run,
         &history,
+        base,
         journal.clone(),
         services,
         workflow.retry_policy(),

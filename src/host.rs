@@ -18,12 +18,14 @@ struct WorkflowEngine<W: Workflow>(Arc<W>);
 
 impl<W: Workflow> Engine for WorkflowEngine<W> {
     fn execute(&self, e: Execution) -> BoxStream<'static, Outcome> {
+        let base = e.journal.base();
         execute(
             self.0.clone(),
             e.run_id,
             e.segment,
             e.parent,
             e.history,
+            base,
             Some(e.journal),
             Some(e.services),
         )

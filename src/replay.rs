@@ -190,6 +190,9 @@ pub(crate) enum Opened {
 pub(crate) struct Replay {
     /// The recorded log; openings and steps are read from it in place.
     history: Arc<Vec<Event>>,
+    /// The sequence number of `history`'s first event in the run's log (the
+    /// current segment's `RunStarted`): a divergence names a sequence number.
+    base: u64,
     /// Positions in `history` of the events that open a primitive, in log order.
     opens: Vec<usize>,
     /// Calls matched so far (the next call is matched against `opens[cursor]`).
@@ -216,9 +219,10 @@ pub(crate) struct Replay {
 
 impl Replay {
     /// Indexes a recorded log.
-    pub(crate) fn new(history: &Arc<Vec<Event>>) -> Replay {
+    pub(crate) fn new(history: &Arc<Vec<Event>>, base: u64) -> Replay {
         let mut r = Replay {
             history: history.clone(),
+            base,
             opens: Vec::new(),
             cursor: 0,
             walked_opens: 0,
@@ -447,11 +451,11 @@ impl Replay {
         self.cursor > self.opens.len()
     }
 
-    /// Stops the execution with a divergence found elsewhere (a recorded value that
-    /// no longer decodes is reported as a codec error instead).
+    /// Stops the execution with a divergence at position `index` of the history
+    /// (reported as its sequence number in the run's log).
     pub(crate) fn diverge(&mut self, index: u64, expected: String, found: String) -> Error {
         let e = Error::ReplayDivergence {
-            index,
+            index: self.base.saturating_add(index),
             expected,
             found,
         };

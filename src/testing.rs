@@ -91,6 +91,7 @@ pub async fn replay_as<W: Workflow>(
         segments,
         None,
         history,
+        u64::try_from(segment).unwrap_or(u64::MAX),
         None,
         None,
     );

@@ -579,8 +579,10 @@ impl Journal {
         f(&state.history, &state.tail)
     }
 
-    /// The store sequence number of the segment's first event.
-    pub(crate) fn base(&self) -> u64 {
+    /// The store sequence number of the segment's first event (its `RunStarted`):
+    /// a position in the execution's history plus this is a sequence number of
+    /// the run's log.
+    pub fn base(&self) -> u64 {
         self.0.base
     }
 

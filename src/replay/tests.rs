@@ -16,7 +16,7 @@ fn start() -> Event {
 
 #[test]
 fn step_ids_repeat_with_suffix() {
-    let mut r = Replay::new(&Arc::new(vec![start()]));
+    let mut r = Replay::new(&Arc::new(vec![start()]), 0);
     assert_eq!(r.step_id("a"), "a");
     assert_eq!(r.step_id("a"), "a#2");
     assert_eq!(r.step_id("b"), "b");
@@ -63,7 +63,7 @@ proptest::proptest! {
             .iter()
             .map(|p| p.iter().map(|&i| ATOMS[i]).collect())
             .collect();
-        let mut r = Replay::new(&Arc::new(vec![start()]));
+        let mut r = Replay::new(&Arc::new(vec![start()]), 0);
         let got: Vec<String> = names.iter().map(|n| r.step_id(n)).collect();
         proptest::prop_assert_eq!(got, step_ids_by_set(&names));
     }
@@ -86,7 +86,7 @@ fn divergence_names_first_mismatch_and_sticks() {
             fire_at: 5,
         },
     ]);
-    let mut r = Replay::new(&log);
+    let mut r = Replay::new(&log, 0);
     assert_eq!(r.open("a", Kind::Step), Ok(Opened::Replayed));
     let e = r.open("b", Kind::Step).unwrap_err();
     assert_eq!(
@@ -109,7 +109,7 @@ fn handler_returning_early_diverges() {
             attempt: 1,
         },
     ]);
-    let mut r = Replay::new(&log);
+    let mut r = Replay::new(&log, 0);
     assert!(matches!(
         r.finish(),
         Err(Error::ReplayDivergence { index: 1, .. })
@@ -129,7 +129,7 @@ fn walk_requires_recorded_openings_to_be_called() {
             attempt: 1,
         },
     ]);
-    let mut r = Replay::new(&log);
+    let mut r = Replay::new(&log, 0);
     assert_eq!(r.open("a", Kind::Step), Ok(Opened::Replayed));
     assert_eq!(r.walk_opening(String::new), Ok(()));
     let e = r.walk_opening(|| "nothing else".into()).unwrap_err();
@@ -158,7 +158,7 @@ fn retry_plans_follow_the_log() {
             retry_at: Some(9),
         },
     ];
-    let r = Replay::new(&Arc::new(log.clone()));
+    let r = Replay::new(&Arc::new(log.clone()), 0);
     assert_eq!(
         r.plan_step("a"),
         StepPlan::WaitRetry {
@@ -170,7 +170,7 @@ fn retry_plans_follow_the_log() {
     log.push(Event::TimerFired {
         id: "a/retry1".into(),
     });
-    let r = Replay::new(&Arc::new(log.clone()));
+    let r = Replay::new(&Arc::new(log.clone()), 0);
     assert_eq!(
         r.plan_step("a"),
         StepPlan::Run {
@@ -182,7 +182,7 @@ fn retry_plans_follow_the_log() {
         id: "a".into(),
         attempt: 2,
     });
-    let r = Replay::new(&Arc::new(log.clone()));
+    let r = Replay::new(&Arc::new(log.clone()), 0);
     assert_eq!(
         r.plan_step("a"),
         StepPlan::Run {
@@ -196,7 +196,7 @@ fn retry_plans_follow_the_log() {
         error: "again".into(),
         retry_at: None,
     });
-    let r = Replay::new(&Arc::new(log));
+    let r = Replay::new(&Arc::new(log), 0);
     assert!(StepRecord::read(&r.history, "a").done);
 }
 
