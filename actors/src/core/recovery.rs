@@ -194,7 +194,11 @@ impl Core {
             .into_iter()
             .filter(|m| match &m.state {
                 RunState::Running | RunState::Parked { .. } => true,
-                RunState::Suspended { awaits_child, .. } => *awaits_child,
+                // A waiting run whose code is not registered here is activated to
+                // be parked and reported so, not left waiting as if it could run.
+                RunState::Suspended { awaits_child, .. } => {
+                    *awaits_child || self.registry.lookup(&m.workflow, m.version).is_err()
+                }
                 _ => false,
             })
             .map(|m| m.run_id)
