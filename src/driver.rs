@@ -487,20 +487,12 @@ where
 /// `reel::testing`. Returns the stream of outcomes and the execution's `Ctx`.
 pub(crate) fn execute<W: Workflow>(
     workflow: Arc<W>,
-    run_id: Arc<str>,
-    segment: u32,
-    parent: Option<String>,
+    run: RunIdentity,
     history: Arc<Vec<Event>>,
     base: u64,
     journal: Option<Journal>,
     services: Option<Services>,
 ) -> (Pin<Box<dyn Stream<Item = Outcome> + Send>>, Ctx) {
-    let run = RunIdentity {
-        run_id,
-        workflow: W::NAME,
-        segment,
-        parent,
-    };
     let ctx = Ctx::new(
         run,
         &history,

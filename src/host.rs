@@ -9,7 +9,7 @@ use futures::stream::BoxStream;
 use reel_actors::{Core, CoreOptions, Engine, Execution, Outcome, QueuePlace, Registry};
 use reel_storage::{Clock, Failure, FjallStore, MemStore, Store};
 
-use crate::ctx::{encode, millis};
+use crate::ctx::{RunIdentity, encode, millis};
 use crate::driver::execute;
 use crate::schedule::Scheduler;
 use crate::{AnyRun, Error, Result, RunHandle, RunInfo, StartOptions, Workflow, closing};
@@ -19,11 +19,15 @@ struct WorkflowEngine<W: Workflow>(Arc<W>);
 impl<W: Workflow> Engine for WorkflowEngine<W> {
     fn execute(&self, e: Execution) -> BoxStream<'static, Outcome> {
         let base = e.journal.base();
+        let run = RunIdentity {
+            run_id: e.run_id,
+            workflow: W::NAME,
+            segment: e.segment,
+            parent: e.parent,
+        };
         execute(
             self.0.clone(),
-            e.run_id,
-            e.segment,
-            e.parent,
+            run,
             e.history,
             base,
             Some(e.journal),

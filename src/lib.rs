@@ -113,6 +113,7 @@ pub use error::{Error, Result};
 pub use handle::RunHandle;
 pub use host::{Host, HostBuilder};
 pub use listing::{Cursor, Page, RunFilter};
+pub use primitives::step::MAX_STEP_NAME_BYTES;
 pub use queue::{QueueOptions, RateLimit};
 pub use reel_actors::Retention;
 /// The PostgreSQL backend (`reel-postgres`): [`postgres::PgStore`] for

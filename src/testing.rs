@@ -31,7 +31,7 @@ use reel_actors::Outcome;
 use reel_storage::Event;
 use serde::Serialize;
 
-use crate::ctx::{decode, encode};
+use crate::ctx::{RunIdentity, decode, encode};
 use crate::driver::execute;
 use crate::{Error, Result, Workflow};
 
@@ -85,11 +85,15 @@ pub async fn replay_as<W: Workflow>(
         .count();
     let segments = u32::try_from(segments).unwrap_or(u32::MAX);
     let history = Arc::new(history[segment..].to_vec());
+    let run = RunIdentity {
+        run_id: Arc::from(run_id),
+        workflow: W::NAME,
+        segment: segments,
+        parent: None,
+    };
     let (mut outcomes, ctx) = execute(
         Arc::new(workflow),
-        Arc::from(run_id),
-        segments,
-        None,
+        run,
         history,
         u64::try_from(segment).unwrap_or(u64::MAX),
         None,

@@ -28,7 +28,7 @@ mod publish;
 mod recorded;
 mod send;
 mod signal;
-mod step;
+pub(crate) mod step;
 mod timer;
 
 pub(crate) use signal::{approval_signal, check_signal_name};

@@ -24,6 +24,10 @@ use crate::replay::{Kind, Opened, StepPlan};
 use crate::slots::{Key, Resolution, WaitInfo};
 use crate::{Ctx, Error, Result, RetryPolicy, StepError};
 
+/// The longest step name: a step's retry timers are named after its id, and a
+/// timer id is part of a store key ([`reel_storage::MAX_TIMER_ID_BYTES`]).
+pub const MAX_STEP_NAME_BYTES: usize = 16 * 1024;
+
 /// How often a body waiting for its host's leases to be renewed looks again.
 const LEASE_RECHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
@@ -99,7 +103,8 @@ impl Ctx {
     /// deserialize into `T` (the run parks until code that reads it is deployed),
     /// [`Error::Cancelled`] when the run is asked to cancel (a running body is then
     /// dropped, unless the step was called through [`Ctx::shielded`]),
-    /// [`Error::ReplayDivergence`], [`Error::Storage`].
+    /// [`Error::ReplayDivergence`], [`Error::Storage`], [`Error::InvalidArgument`]
+    /// for a name longer than [`MAX_STEP_NAME_BYTES`].
     pub fn step<T, E, F, Fut>(
         &self,
         name: &str,
@@ -147,6 +152,13 @@ impl Ctx {
     {
         if let Some(e) = self.refused() {
             return Either::Left(std::future::ready(Err(e)));
+        }
+        if name.len() > MAX_STEP_NAME_BYTES {
+            // Its retry timers are named after it, in keys the store bounds.
+            return Either::Left(std::future::ready(Err(Error::InvalidArgument(format!(
+                "a step name of {} bytes: at most {MAX_STEP_NAME_BYTES}",
+                name.len()
+            )))));
         }
         let (id, opened) = {
             let mut st = self.lock();

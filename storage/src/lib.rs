@@ -76,6 +76,6 @@ pub use record::Record;
 pub use scan::{CorruptRecord, Scan};
 pub use schedule::{ScheduleRecord, ScheduleStore};
 pub use store::{
-    Append, CommitListener, LogReader, LogSize, LogWriter, MetaReader, Result, Store, Ticket,
-    TimerReader,
+    Append, CommitListener, LogReader, LogSize, LogWriter, MAX_TIMER_ID_BYTES, MetaReader, Result,
+    Store, Ticket, TimerReader,
 };

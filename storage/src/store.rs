@@ -73,6 +73,14 @@ impl Append {
         }
         for t in self.add_timers.iter().chain(&self.remove_timers) {
             check_run_id(&t.run_id)?;
+            // A timer id is part of an index key, which the store bounds.
+            if t.timer_id.len() > MAX_TIMER_ID_BYTES {
+                return Err(StorageError::Encode(format!(
+                    "timer id of {} bytes in run `{}`: at most {MAX_TIMER_ID_BYTES}",
+                    t.timer_id.len(),
+                    t.run_id
+                )));
+            }
         }
         for (run_id, _) in &self.letters {
             check_run_id(run_id)?;
@@ -85,6 +93,10 @@ impl Append {
         Ok(())
     }
 }
+
+/// The longest timer id an append may carry (a timer id is part of the timer
+/// index's keys, which the store bounds; a step's retry timers take its id).
+pub const MAX_TIMER_ID_BYTES: usize = 32 * 1024;
 
 /// The answer to a submitted [`Append`]: resolves once the write is done (and
 /// fsynced, for a durable one).

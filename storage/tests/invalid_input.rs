@@ -2,8 +2,8 @@
 //! and writes nothing (invariant 8).
 
 use reel_storage::{
-    Append, Event, FjallStore, LogReader, LogWriter, MetaReader, RunMeta, RunState, StorageError,
-    Store, TimerEntry, TimerReader,
+    Append, Event, FjallStore, LogReader, LogWriter, MAX_TIMER_ID_BYTES, MetaReader, RunMeta,
+    RunState, StorageError, Store, TimerEntry, TimerReader,
 };
 
 fn started() -> Event {
@@ -104,6 +104,41 @@ async fn timer_entry_with_invalid_run_id_is_refused() {
     }
     assert!(store.read_log("good").expect("read_log").is_empty());
     assert_nothing_written(&store);
+}
+
+/// A timer id past the bound (a store key may not exceed 64 KiB in fjall, which
+/// panics on a longer one) is refused through the ticket; the writer goes on.
+#[tokio::test]
+async fn a_timer_id_past_the_bound_is_refused_and_the_writer_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FjallStore::open(dir.path()).expect("open");
+    for long in [MAX_TIMER_ID_BYTES + 1, 70_000] {
+        let mut a = append("good");
+        a.add_timers[0].timer_id = "t".repeat(long);
+        match store.submit(a).await {
+            Err(StorageError::Encode(m)) => assert!(m.contains("timer id"), "{m}"),
+            other => panic!("a timer id of {long} bytes: expected Encode, got {other:?}"),
+        }
+        let mut a = append("good");
+        a.add_timers.clear();
+        a.events.clear();
+        a.meta = None;
+        a.remove_timers = vec![TimerEntry {
+            fire_at: 1,
+            run_id: "good".into(),
+            timer_id: "t".repeat(long),
+        }];
+        assert!(matches!(
+            store.submit(a).await,
+            Err(StorageError::Encode(_))
+        ));
+    }
+    assert_nothing_written(&store);
+    // At the bound it is an ordinary timer, and the writer still writes.
+    let mut a = append("good");
+    a.add_timers[0].timer_id = "t".repeat(MAX_TIMER_ID_BYTES);
+    store.submit(a).await.expect("a timer id at the bound");
+    assert_eq!(store.read_log("good").expect("read_log").len(), 1);
 }
 
 #[tokio::test]

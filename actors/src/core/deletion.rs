@@ -200,6 +200,8 @@ impl Core {
     /// Storage errors; a run deleted or changed meanwhile is skipped, and so is a
     /// run whose records are damaged (logged).
     pub async fn enforce_retention(&self, now_ms: u64) -> Result<usize, ActorError> {
+        // Also under a policy that keeps everything, which reads nothing.
+        self.check_open()?;
         let policy = &self.options.retention;
         let mut deleted = 0;
         for (kind, keep) in policy.kept() {
