@@ -35,6 +35,14 @@ pub(crate) struct DeletedCreations {
     prune_at: usize,
 }
 
+impl DeletedCreations {
+    /// The earliest creation time a new run of `run_id` may have: a millisecond
+    /// after the deleted run's, if this host deleted one.
+    fn floor(&self, run_id: &str) -> Option<u64> {
+        self.times.get(run_id).map(|c| c.saturating_add(1))
+    }
+}
+
 /// The least size at which [`DeletedCreations`] is pruned.
 const PRUNE_AT_LEAST: usize = 1_024;
 
@@ -45,8 +53,8 @@ impl Core {
     /// keeps to the run it began on, a delete removes only the run it checked).
     pub(super) fn creation_time(&self, run_id: &str) -> u64 {
         let now = self.options.clock.now_ms();
-        let deleted = self.deleted_creations().times.get(run_id).copied();
-        deleted.map_or(now, |c| now.max(c.saturating_add(1)))
+        let floor = self.deleted_creations().floor(run_id);
+        floor.map_or(now, |f| now.max(f))
     }
 
     /// The memory of deleted runs' creation times.
@@ -76,10 +84,7 @@ impl Core {
     /// with. Returns the creation time written.
     pub(super) fn submit_created(&self, mut append: Append) -> (Ticket, u64) {
         let deleted = self.deleted_creations();
-        let floor = deleted
-            .times
-            .get(&append.run_id)
-            .map(|c| c.saturating_add(1));
+        let floor = deleted.floor(&append.run_id);
         let mut created_at = append.at.unwrap_or_default();
         if let Some(meta) = &mut append.meta {
             if let Some(floor) = floor.filter(|f| *f > meta.created_at) {
