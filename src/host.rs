@@ -442,9 +442,14 @@ impl Host {
                 .await?;
             }
             None => {
-                self.core()
-                    .start(W::NAME, W::VERSION, run_id, input, None, deadline)
-                    .await?;
+                // Boxed: the core's start is kilobytes of state, held only while the
+                // start is under way; unboxed, it would be part of every caller's
+                // future (and task) for as long as the caller lives.
+                Box::pin(
+                    self.core()
+                        .start(W::NAME, W::VERSION, run_id, input, None, deadline),
+                )
+                .await?;
             }
         }
         Ok(self.handle(run_id))

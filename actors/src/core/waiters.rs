@@ -39,23 +39,27 @@ impl Core {
         }
         let output = match (&meta.state, output) {
             (RunState::Completed, Some(output)) => Some(output),
-            (RunState::Completed, None) => {
-                let last = self.last_event(run_id).await?;
-                // The log read is this run's only if the run is still there: one
-                // deleted meanwhile may have left its id to a new run.
-                self.still_the_run(&meta).await?;
-                match last {
-                    Some(Event::RunCompleted { output }) => Some(output),
-                    other => {
-                        return Err(ActorError::Storage(reel_storage::StorageError::Io(
-                            format!("run `{run_id}` is completed but its log ends with {other:?}"),
-                        )));
-                    }
-                }
-            }
+            // Boxed: the rarer way (the run ended before this wait began, or
+            // on another host), kept out of every waiter's future.
+            (RunState::Completed, None) => Some(Box::pin(self.read_output(&meta)).await?),
             _ => None,
         };
         Ok((meta, output))
+    }
+
+    /// A completed run's output, read from the end of its log.
+    async fn read_output(&self, meta: &RunMeta) -> Result<Payload, ActorError> {
+        let run_id = &meta.run_id;
+        let last = self.last_event(run_id).await?;
+        // The log read is this run's only if the run is still there: one
+        // deleted meanwhile may have left its id to a new run.
+        self.still_the_run(meta).await?;
+        match last {
+            Some(Event::RunCompleted { output }) => Ok(output),
+            other => Err(ActorError::Storage(reel_storage::StorageError::Io(
+                format!("run `{run_id}` is completed but its log ends with {other:?}"),
+            ))),
+        }
     }
 
     /// Waits until the run's state satisfies `pred` (checked on every state change).
