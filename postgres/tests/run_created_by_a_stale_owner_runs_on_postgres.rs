@@ -55,7 +55,6 @@ async fn expiry(client: &tokio_postgres::Client, part: i16) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky under CI load, not yet diagnosed: host-b was not seen renewing its lease within 60 s (1 run in the 2026-11-27 CI; 5 of 5 alone passed)"]
 async fn run_created_by_a_stale_owner_runs_on_postgres() -> anyhow::Result<()> {
     let url = support::database("stale_owner").await;
     // `host-a` renews every 200 s: through the test it believes it holds every
@@ -70,17 +69,22 @@ async fn run_created_by_a_stale_owner_runs_on_postgres() -> anyhow::Result<()> {
     let part = partition_of(id);
     let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
     let task = tokio::spawn(conn);
-    client
-        .execute(
+    // The expiry planted here, as written: read back after the update, it could
+    // already be `host-b`'s first renewal (it renews every 500 ms), which would
+    // then never be seen to come below it.
+    let planted: f64 = client
+        .query_one(
             "UPDATE reel_leases SET owner = 'host-b', expires_at = now() + interval '1 hour' \
-             WHERE part = $1",
+             WHERE part = $1 RETURNING extract(epoch FROM expires_at)::float8 * 1000",
             &[&part],
         )
-        .await?;
-    // Two renewals by `host-b`: after the first it holds the partition, and its
-    // recovery of the partition (which finds no run yet) is over by the second.
+        .await?
+        .get(0);
+    // Two renewals by `host-b`: after the first (an expiry below the planted one)
+    // it holds the partition, and its recovery of the partition (which finds no
+    // run yet) is over by the second (a later expiry still).
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut seen = expiry(&client, part).await;
+    let mut seen = planted;
     let mut renewals = 0;
     while renewals < 2 {
         assert!(Instant::now() < deadline, "host-b never renewed the lease");
