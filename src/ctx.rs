@@ -19,6 +19,7 @@ use reel_actors::{Journal, Landing, Services};
 use reel_storage::{Event, Payload};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+use crate::child_starts::ChildStarts;
 use crate::replay::Replay;
 use crate::slots::{Key, Resolution, Slots};
 use crate::{Error, Result, RetryPolicy};
@@ -138,6 +139,13 @@ pub(crate) struct Inner {
     state: Mutex<State>,
 }
 
+impl Inner {
+    /// The state the primitives and the driver share.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// A handler's request to continue as new (`ctx.continue_as_new`), kept until the
 /// driver ends the execution with it.
 #[derive(Clone, Debug)]
@@ -161,6 +169,9 @@ pub(crate) struct State {
     pub(crate) landings: Vec<Landing>,
     /// Work to start once caught up (child runs); the driver polls it.
     pub(crate) effects: Vec<BoxFuture<'static, ()>>,
+    /// The child starts among `effects`, queued or under way: step bodies wait
+    /// for those queued before them.
+    pub(crate) starts: ChildStarts,
     /// A recorded value no longer decodes with this code: the run is parked.
     pub(crate) parked: Option<Error>,
     /// Replay-only mode: the first primitive past the end of the history.
@@ -236,6 +247,7 @@ impl Ctx {
                     bodies: 0,
                     landings: Vec::new(),
                     effects: Vec::new(),
+                    starts: ChildStarts::default(),
                     parked: None,
                     frontier: None,
                     settled: HashSet::new(),
@@ -326,7 +338,7 @@ impl Ctx {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock()
     }
 
     /// Milliseconds since the epoch on the host's clock (the system clock when

@@ -27,6 +27,8 @@
 //! - `slots`: the synchronous visibility table (which primitive a recorded result
 //!   reaches, signal routing and buffering, the cancel request and the waits it
 //!   ends).
+//! - `child_starts`: the child starts an execution has queued and not finished,
+//!   which a step body waits for (synchronous, like `slots`).
 //! - `host`: [`Host`], [`HostBuilder`] and the engine of each registered workflow.
 //! - `any_run`: [`AnyRun`], the untyped handle on a run (signal, cancel, status,
 //!   records, children, output as any serde type): what tools hold.
@@ -86,6 +88,7 @@
 //! ```
 
 mod any_run;
+mod child_starts;
 mod closing;
 mod ctx;
 mod deletion;

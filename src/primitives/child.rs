@@ -8,13 +8,14 @@
 //! (`ChildDetached`), is not told when it ends and does not cancel it.
 
 use std::future::Future;
+use std::sync::{Arc, Weak};
 
 use futures::future::Either;
 use reel_actors::ChildCall;
 use reel_storage::{Event, ParentLink, Payload};
 
 use crate::RunHandle;
-use crate::ctx::{decode, encode};
+use crate::ctx::{Inner, decode, encode};
 use crate::replay::{Kind, Opened};
 use crate::slots::{Key, Resolution, WaitInfo};
 use crate::{Ctx, Error, Result, Workflow};
@@ -182,7 +183,15 @@ impl Ctx {
         let parent = self.inner.run_id.clone();
         let journal = self.inner.journal.clone();
         let (wait_id, run_id) = (wait_id.to_owned(), run_id.to_owned());
-        self.lock().effects.push(Box::pin(async move {
+        let mut st = self.lock();
+        // However the start ends (done, refused, or its task dropped), the step
+        // bodies called after it may go on.
+        let started = StartDone {
+            ctx: Arc::downgrade(&self.inner),
+            n: st.starts.queue(),
+        };
+        st.effects.push(Box::pin(async move {
+            let _started = started;
             // The child's end may have been appended while this execution replayed:
             // then there is nothing to start or wait for.
             if journal.is_some_and(|j| j.child_ended(&wait_id)) {
@@ -201,5 +210,24 @@ impl Ctx {
                 })
                 .await;
         }));
+    }
+}
+
+/// Marks a queued child start finished when dropped ([`ChildStarts::finish`]).
+/// Holds the execution's state weakly: a start never keeps it alive.
+struct StartDone {
+    ctx: Weak<Inner>,
+    n: u64,
+}
+
+impl Drop for StartDone {
+    fn drop(&mut self) {
+        let Some(inner) = self.ctx.upgrade() else {
+            return;
+        };
+        let wakers = inner.lock().starts.finish(self.n);
+        for waker in wakers {
+            waker.wake();
+        }
     }
 }

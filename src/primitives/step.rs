@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::task::Poll;
 
 use futures::FutureExt;
 use futures::future::Either;
@@ -276,6 +277,7 @@ impl Ctx {
         Fut: Future<Output = std::result::Result<T, E>>,
     {
         let _running = self.body_running();
+        self.until_children_started().await;
         self.until_lease_holds().await;
         let step_ctx = StepCtx {
             attempt,
@@ -325,6 +327,22 @@ impl Ctx {
                 final_: false,
             },
         }
+    }
+
+    /// Waits until the child runs this execution called before now exist: their
+    /// starts run in tasks of their own, and a body (a `ctx.signal` to such a
+    /// child, a call to a service that looks it up) must find them started, as
+    /// the log already says they are.
+    async fn until_children_started(&self) {
+        let mark = self.lock().starts.mark();
+        std::future::poll_fn(|cx| {
+            if self.lock().starts.done_before(mark, cx.waker()) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
     }
 
     /// Waits until a step body may start here: at once, save in a new run's
