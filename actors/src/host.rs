@@ -69,6 +69,21 @@ pub(crate) trait RunHost: Send + Sync + 'static {
     /// owner with a letter, in the background, in case its scan of the partition
     /// came before the run's last change here.
     fn hand_over(&self, run_id: &str);
+    /// The signal letters for the run in this host's inbox: (letter id, signal id).
+    fn inbox_signals<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(i64, String)>, ActorError>>;
+    /// Acknowledges letters of the run whose signals are in its current log
+    /// segment, before the segment ends: applied again after it, in a segment that
+    /// does not know their signal ids, they would deliver their signals twice.
+    fn ack_letters<'a>(
+        &'a self,
+        run_id: &'a str,
+        ids: Vec<i64>,
+    ) -> BoxFuture<'a, Result<(), ActorError>>;
+    /// Whether the run of letter `id` acknowledged it (`ack_letters`).
+    fn letter_gone(&self, id: i64) -> bool;
 
     // ---- handlers, through `Services` ----
 

@@ -1,5 +1,6 @@
 //! The messages that reach a run actor: [`Resume`], [`Delivery`] (what wakes a
-//! run) and [`StopRun`] / [`StopFinished`], and how a child's wait id tells a detached child. A leaf:
+//! run, also as a [`Lettered`] one from the inbox) and [`StopRun`] /
+//! [`StopFinished`], and how a child's wait id tells a detached child. A leaf:
 //! the core sends these, the run actor handles them, neither module names the other
 //! for them.
 
@@ -56,6 +57,15 @@ pub(crate) enum Delivery {
         /// someone else, which that parent only attached to, ignores the request.
         from_parent: Option<String>,
     },
+}
+
+/// A delivery taken from a letter in the inbox (`letter`, its id): skipped if
+/// the run acknowledged the letter itself since it was read, as it does before
+/// it ends the log segment the letter's signal landed in.
+#[derive(Clone, Debug)]
+pub(crate) struct Lettered {
+    pub(crate) letter: i64,
+    pub(crate) delivery: Delivery,
 }
 
 /// Pause the run: its handler stops running (step bodies under way finish and
@@ -181,6 +191,12 @@ impl Mailable for Delivery {
                 from_parent,
             },
         })
+    }
+}
+
+impl Mailable for Lettered {
+    fn mail(&self) -> Option<Mail> {
+        self.delivery.mail()
     }
 }
 

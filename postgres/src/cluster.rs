@@ -222,6 +222,35 @@ impl Cluster for PgStore {
         })
     }
 
+    fn letters_of(&self, run_id: &str) -> Result<Vec<Letter>> {
+        let me = self.membership()?.config.host_id.clone();
+        let run = run_id.to_owned();
+        let part = partition_of(run_id);
+        self.block(move |c| async move {
+            let rows = c
+                .query(
+                    &stmt(
+                        &c,
+                        "SELECT i.id, i.run_id, i.mail FROM reel_inbox i \
+                         JOIN reel_leases l ON l.part = i.part AND l.owner = $3 \
+                         WHERE i.part = $1 AND i.run_id = $2 ORDER BY i.id",
+                    )
+                    .await?,
+                    &[&part, &run, &me],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            Ok(rows
+                .iter()
+                .map(|r| Letter {
+                    id: r.get(0),
+                    run_id: r.get(1),
+                    mail: Mail::decode(r.get(2)).map_err(|e| e.to_string()),
+                })
+                .collect())
+        })
+    }
+
     fn ack(&self, ids: &[i64]) -> Result<()> {
         let me = self.membership()?.config.host_id.clone();
         let ids = ids.to_vec();

@@ -204,6 +204,19 @@ pub trait Cluster: Send + Sync {
     /// I/O.
     fn letters(&self, partitions: &BTreeSet<u16>, limit: usize) -> Result<Vec<Letter>>;
 
+    /// Every letter for `run_id`, oldest first, if the backend says this host holds
+    /// its partition (none otherwise). Blocks. The default reads all the letters
+    /// of the partition and keeps the run's.
+    ///
+    /// # Errors
+    /// I/O.
+    fn letters_of(&self, run_id: &str) -> Result<Vec<Letter>> {
+        let partition = BTreeSet::from([crate::partition_of(run_id)]);
+        let mut letters = self.letters(&partition, usize::MAX)?;
+        letters.retain(|l| l.run_id == run_id);
+        Ok(letters)
+    }
+
     /// Removes handled letters, but not those of a partition this host no longer
     /// holds: they stay for its new owner. Blocks.
     ///

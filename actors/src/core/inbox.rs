@@ -2,12 +2,16 @@
 //! owned here (signals, cancels, wake-ups, operations), applied oldest first, a
 //! batch of runs at a time. One drain reads at a time ([`InboxTurn`]); a drain
 //! asked for while one is under way makes that one read again. `cluster` starts
-//! the drains (on the backend's notices and on a periodic poll).
+//! the drains (on the backend's notices and on a periodic poll). A run
+//! acknowledges the letters whose signals landed in a log segment before it ends
+//! it (`ack_letters`); `gone` keeps those for the reads that may hold them.
+
+mod gone;
 
 use reel_storage::{Letter, Mail};
 
 use super::*;
-use crate::message::{Pause, Retry, Unpause};
+use crate::message::{Lettered, Pause, Retry, Unpause};
 
 /// Letters taken from the inbox at a time.
 const LETTERS: usize = 256;
@@ -28,6 +32,8 @@ pub(crate) struct InboxTurn {
     reads_ended: std::sync::atomic::AtomicU64,
     /// Told when a read ends.
     read_ended: tokio::sync::Notify,
+    /// Letters their runs acknowledged, while a read may hold them.
+    gone: gone::Gone,
 }
 
 impl InboxTurn {
@@ -66,7 +72,8 @@ struct ReadEnds<'a>(&'a InboxTurn);
 
 impl Drop for ReadEnds<'_> {
     fn drop(&mut self) {
-        self.0.reads_ended.fetch_add(1, Ordering::SeqCst);
+        let ended = self.0.reads_ended.fetch_add(1, Ordering::SeqCst) + 1;
+        self.0.gone.read_ended(ended);
         self.0.read_ended.notify_waiters();
     }
 }
@@ -196,8 +203,73 @@ impl Core {
         }
     }
 
+    /// The signal letters for `run_id` in this host's inbox: (letter id, signal
+    /// id).
+    ///
+    /// # Errors
+    ///
+    /// The store's error when the inbox could not be read.
+    pub(crate) async fn inbox_signals(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<(i64, String)>, ActorError> {
+        let store = self.store.clone();
+        let run = run_id.to_owned();
+        let letters = blocking(move || match store.cluster() {
+            Some(c) => c.letters_of(&run),
+            None => Ok(Vec::new()),
+        })
+        .await?;
+        Ok(letters
+            .into_iter()
+            .filter_map(|l| match l.mail {
+                Ok(Mail::Signal { signal_id, .. }) => Some((l.id, signal_id)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Acknowledges the letters `ids` of `run_id`, whose signals are in the run's
+    /// log segment about to end: neither the next owner (if this host dies) nor a
+    /// read under way applies them to a later segment, which would not know their
+    /// signal ids.
+    ///
+    /// # Errors
+    ///
+    /// The store's error when the acknowledgement could not be written.
+    pub(crate) async fn ack_letters(&self, run_id: &str, ids: Vec<i64>) -> Result<(), ActorError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        // Gone from before the write on (a read under way may hold them), for
+        // every read begun before it ended (a read begun later does not see them).
+        self.inbox.gone.add(&ids, u64::MAX);
+        let store = self.store.clone();
+        let acked = ids.clone();
+        blocking(move || match store.cluster() {
+            Some(c) => c.ack(&acked),
+            None => Ok(()),
+        })
+        .await?;
+        let begun = self.inbox.reads_begun.load(Ordering::SeqCst);
+        self.inbox.gone.add(&ids, begun);
+        tracing::debug!(
+            run_id,
+            letters = ids.len(),
+            "reel: letters acknowledged before the segment ends"
+        );
+        Ok(())
+    }
+
+    /// Whether the run of letter `id` acknowledged it itself (`ack_letters`):
+    /// its signal is in an earlier log segment, and it is not applied again.
+    pub(crate) fn letter_gone(&self, id: i64) -> bool {
+        self.inbox.gone.has(id)
+    }
+
     /// Applies one letter; `false` leaves it in the inbox for the next read.
     async fn apply(&self, letter: Letter) -> bool {
+        let id = letter.id;
         let run_id = letter.run_id;
         let mail = match letter.mail {
             Ok(mail) => mail,
@@ -219,6 +291,15 @@ impl Core {
             Mail::Unpause => self.deliver(&run_id, Unpause).await,
             Mail::Retry => self.deliver(&run_id, Retry).await,
             other => match Delivery::of_mail(other) {
+                // Its run may have acknowledged the letter since this read: its
+                // actor looks (`letter_gone`).
+                Some(delivery @ Delivery::Signal { .. }) => {
+                    let letter = Lettered {
+                        letter: id,
+                        delivery,
+                    };
+                    self.deliver(&run_id, letter).await
+                }
                 Some(delivery) => self.deliver(&run_id, delivery).await,
                 None => Ok(()),
             },

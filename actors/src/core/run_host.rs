@@ -95,6 +95,25 @@ impl RunHost for Core {
         Core::hand_over(self, run_id);
     }
 
+    fn inbox_signals<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(i64, String)>, ActorError>> {
+        Box::pin(Core::inbox_signals(self, run_id))
+    }
+
+    fn ack_letters<'a>(
+        &'a self,
+        run_id: &'a str,
+        ids: Vec<i64>,
+    ) -> BoxFuture<'a, Result<(), ActorError>> {
+        Box::pin(Core::ack_letters(self, run_id, ids))
+    }
+
+    fn letter_gone(&self, id: i64) -> bool {
+        Core::letter_gone(self, id)
+    }
+
     fn start_child(&self, call: ChildCall) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             if is_detached(&call.link.wait_id) {

@@ -1,5 +1,6 @@
 //! The messages a run actor takes from outside it: a resume, a delivery (signal,
-//! timer, child end, cancel), a passivation tick, a hand-back of its partition,
+//! timer, child end, cancel; or one from a letter, skipped if the run has
+//! acknowledged the letter itself), a passivation tick, a hand-back of its partition,
 //! and a stop. Each checks the actor is usable first (a run whose log cannot be
 //! read takes only a cancel), and settles it afterwards.
 
@@ -7,7 +8,7 @@ use kameo::message::{Context, Message};
 
 use super::{Passivate, RunActor};
 use crate::error::ActorError;
-use crate::message::{Delivery, HandBack, Resume, StopFinished, StopRun};
+use crate::message::{Delivery, HandBack, Lettered, Resume, StopFinished, StopRun};
 
 impl Message<Resume> for RunActor {
     type Reply = Result<(), ActorError>;
@@ -19,6 +20,19 @@ impl Message<Resume> for RunActor {
         self.settle(&me);
         self.track();
         Ok(())
+    }
+}
+
+impl Message<Lettered> for RunActor {
+    type Reply = Result<(), ActorError>;
+
+    async fn handle(&mut self, l: Lettered, ctx: &mut Context<Self, Self::Reply>) -> Self::Reply {
+        if self.host.letter_gone(l.letter) {
+            // Acknowledged by this run before it ended the segment the letter's
+            // signal landed in: applied now, it would be a second delivery.
+            return Ok(());
+        }
+        <Self as Message<Delivery>>::handle(self, l.delivery, ctx).await
     }
 }
 

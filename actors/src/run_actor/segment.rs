@@ -12,7 +12,9 @@
 //! (detached children are left alone).
 //!
 //! If the process dies before the batch lands, the old segment is replayed and its
-//! handler reaches the same call again.
+//! handler reaches the same call again. Before it, the letters other hosts posted
+//! whose signals landed in the old segment leave the inbox: the next owner would
+//! apply them again, to a segment that does not know their signal ids.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -61,6 +63,7 @@ impl RunActor {
         // Children the old segment waits on are its own: they are cancelled, as
         // when a run ends cancelled (news of them would match nothing later).
         let children = self.unfinished_children();
+        self.ack_landed_letters().await?;
         // Nothing of the ended execution may follow the segment's end.
         self.journal.close();
         let old = self.carry_over(carried, seen);
@@ -122,6 +125,30 @@ impl RunActor {
         self.begin(&me, false).await;
         self.settle(&me);
         Ok(())
+    }
+
+    /// Acknowledges the letters from other hosts whose signals landed in the
+    /// segment about to end (applied here or by a previous owner; the inbox drain
+    /// acknowledges a read only once it has applied all of it): a letter left in
+    /// the inbox is applied again by the next owner if this host dies, or by a
+    /// read under way, and in a later segment its signal id is no longer known,
+    /// so the run would receive the signal twice.
+    async fn ack_landed_letters(&mut self) -> Result<(), ActorError> {
+        if self.store.cluster().is_none() {
+            return Ok(());
+        }
+        let letters = self.host.inbox_signals(&self.run_id).await?;
+        if letters.is_empty() {
+            return Ok(());
+        }
+        let landed: Vec<i64> = self.journal.with_index(|i| {
+            letters
+                .iter()
+                .filter(|(_, signal_id)| i.has_signal(signal_id))
+                .map(|(id, _)| *id)
+                .collect()
+        });
+        self.host.ack_letters(&self.run_id, landed).await
     }
 
     /// What the new segment takes from the current one.

@@ -123,7 +123,8 @@ pub async fn writes_need_the_lease<B: ClusterBackend>(b: &B) {
 }
 
 /// Mail posted by one member reaches the owner's inbox (with a notice), once, and
-/// is gone once acknowledged; scans by partition see only their partitions.
+/// is gone once acknowledged; scans by partition see only their partitions, and a
+/// run's letters (`letters_of`) only the owner.
 pub async fn inbox_carries_mail_to_the_owner<B: ClusterBackend>(b: &B) {
     let (a, owner) = two_members(b).await;
     let r = run_held_by(&owner, "mailed");
@@ -162,6 +163,21 @@ pub async fn inbox_carries_mail_to_the_owner<B: ClusterBackend>(b: &B) {
             .expect("letters")
             .is_empty(),
         "mail goes to the owner's partitions only"
+    );
+    assert_eq!(
+        cluster(&owner).letters_of(&r).expect("the run's letters"),
+        letters,
+        "the run's letters, read by the owner"
+    );
+    assert!(
+        cluster(&owner)
+            .letters_of(&run_held_by(&owner, "unmailed"))
+            .expect("another run's letters")
+            .is_empty()
+    );
+    assert!(
+        cluster(&a).letters_of(&r).expect("letters").is_empty(),
+        "only the owner reads a run's letters"
     );
     cluster(&owner).ack(&[letters[0].id]).expect("ack");
     assert!(
