@@ -30,7 +30,7 @@ use tokio::sync::broadcast;
 use crate::{partition_of, pg_err, stmt};
 
 use crate::membership::{Membership, parts_rust, parts_sql};
-use crate::rows::{scan_meta, scan_timers};
+use crate::rows::{scan_letter, scan_meta, scan_timers};
 use crate::store::PgStore;
 
 impl PgStore {
@@ -211,14 +211,7 @@ impl Cluster for PgStore {
                 )
                 .await
                 .map_err(|e| pg_err(&e))?;
-            Ok(rows
-                .iter()
-                .map(|r| Letter {
-                    id: r.get(0),
-                    run_id: r.get(1),
-                    mail: Mail::decode(r.get(2)).map_err(|e| e.to_string()),
-                })
-                .collect())
+            Ok(rows.iter().map(scan_letter).collect())
         })
     }
 
@@ -240,14 +233,7 @@ impl Cluster for PgStore {
                 )
                 .await
                 .map_err(|e| pg_err(&e))?;
-            Ok(rows
-                .iter()
-                .map(|r| Letter {
-                    id: r.get(0),
-                    run_id: r.get(1),
-                    mail: Mail::decode(r.get(2)).map_err(|e| e.to_string()),
-                })
-                .collect())
+            Ok(rows.iter().map(scan_letter).collect())
         })
     }
 

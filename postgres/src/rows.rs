@@ -1,9 +1,11 @@
 //! Rows to and from what the storage traits speak: a pooled connection, sequence
 //! numbers as stored, metadata and timer-key scans that report corrupt rows
-//! instead of failing. A leaf: every other module may use it.
+//! instead of failing, inbox letters. A leaf: every other module may use it.
 
 use deadpool_postgres::{Object, Pool};
-use reel_storage::{Result, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key};
+use reel_storage::{
+    Letter, Mail, Result, RunMeta, Scan, StorageError, TimerEntry, decode_timer_key,
+};
 
 use crate::pg_err;
 
@@ -54,4 +56,14 @@ pub(crate) fn scan_timers(rows: &[tokio_postgres::Row]) -> Scan<TimerEntry> {
         }
     }
     scan
+}
+
+/// A letter as read from `reel_inbox` (`id, run_id, mail`); mail that does not
+/// decode is the letter's error, for the drain to drop.
+pub(crate) fn scan_letter(row: &tokio_postgres::Row) -> Letter {
+    Letter {
+        id: row.get(0),
+        run_id: row.get(1),
+        mail: Mail::decode(row.get(2)).map_err(|e| e.to_string()),
+    }
 }
