@@ -175,12 +175,22 @@ impl Core {
             let done: Vec<i64> = futures::stream::iter(by_run.into_values())
                 .map(|letters| async move {
                     let mut done = Vec::with_capacity(letters.len());
+                    let mut held_up = false;
                     for letter in letters {
-                        let id = letter.id;
-                        if !self.apply(letter).await {
-                            break;
+                        // Behind a letter left for the next read, only a cancel
+                        // goes on: it ends the run whatever the other asked, and
+                        // a letter refused for good (a signal to a run whose log
+                        // cannot be read, which takes only a cancel) would
+                        // otherwise hold it back for ever.
+                        if held_up && !matches!(letter.mail, Ok(Mail::Cancel { .. })) {
+                            continue;
                         }
-                        done.push(id);
+                        let id = letter.id;
+                        if self.apply(letter).await {
+                            done.push(id);
+                        } else {
+                            held_up = true;
+                        }
                     }
                     done
                 })
