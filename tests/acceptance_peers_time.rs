@@ -532,7 +532,6 @@ async fn fire_offsets(host: &Host, id: &str) -> anyhow::Result<Vec<i64>> {
 /// still fires at the cron's times, on the hour and on the half minute, not at
 /// those times plus the creation's milliseconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: cron fire times keep the sub-second part of the time they were computed from (croner is given ms)"]
 async fn cron_fire_times_are_the_crons_times_whatever_the_creation_millisecond()
 -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -570,7 +569,6 @@ async fn cron_fire_times_are_the_crons_times_whatever_the_creation_millisecond()
 /// starts, under `All { within: 150 min }`, the firings of hours 1, 2 and 3 and
 /// under `Last` the firing of hour 3, and goes on firing on the hour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: cron catch-up after downtime starts wrong and too few firings, off the cron's times, and shifts the schedule"]
 async fn cron_catch_up_starts_the_missed_hours_at_their_times() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("store");
@@ -643,7 +641,6 @@ async fn cron_catch_up_starts_the_missed_hours_at_their_times() -> anyhow::Resul
 /// `between` documents, "the latest ones", and what the interval does), not
 /// firings from the outage's first days.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a cron catch-up walk capped at 1,000,000 steps keeps firings from the outage's first days, not the latest"]
 async fn a_year_of_missed_per_second_cron_firings_catches_up_the_latest() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("store");

@@ -80,7 +80,9 @@ impl Timing {
     /// them: an hourly job fires in the repeated hour too, as crontab runs
     /// wildcard-hour jobs; a job at a fixed hour fires once.
     fn cron_next(cron: &Cron, tz: Tz, ms: u64) -> Option<u64> {
-        let now = Timing::at(tz, ms)?;
+        // From the whole second: croner keeps a start's fraction of a second in
+        // what it finds, and a cron's times are whole seconds.
+        let now = Timing::at(tz, ms / 1000 * 1000)?;
         let next = Timing::ms(&cron.find_next_occurrence(&now, false).ok()?)?;
         let fixed = now.offset().fix();
         let repeated = cron
@@ -100,13 +102,34 @@ impl Timing {
         let last = match self {
             Timing::Every(every) => ms / every * every,
             Timing::Cron(cron, tz) => {
+                // The last whole second before the next one after `ms` (croner
+                // keeps a start's fraction of a second, as in `cron_next`).
+                let probe = (ms / 1000).checked_add(1)?.checked_mul(1000)?;
                 let prev = cron
-                    .find_previous_occurrence(&Timing::at(*tz, ms.saturating_add(1))?, false)
+                    .find_previous_occurrence(&Timing::at(*tz, probe)?, false)
                     .ok()?;
                 Timing::ms(&prev)?
             }
         };
         (from <= last && last <= ms).then_some(last)
+    }
+
+    /// The earliest of the last [`MAX_CATCH_UP`] fire times in `[from, to]`
+    /// (`from` when there are fewer), walking back from `to`.
+    fn earliest_of_latest(&self, from: u64, to: u64) -> u64 {
+        let mut earliest = from;
+        let mut at = to;
+        for _ in 0..MAX_CATCH_UP {
+            let Some(t) = self.last_between(from, at) else {
+                return from;
+            };
+            earliest = t;
+            let Some(before) = t.checked_sub(1) else {
+                break;
+            };
+            at = before;
+        }
+        earliest
     }
 
     /// The fire times in `[from, to]`, at most [`MAX_CATCH_UP`] (the latest ones).
@@ -119,7 +142,10 @@ impl Timing {
                 let skip = to.saturating_sub(every.saturating_mul(MAX_CATCH_UP as u64));
                 from.max(skip).div_ceil(*every).checked_mul(*every)
             }
-            Timing::Cron(..) => match from.checked_sub(1) {
+            // The walk forward starts at the earliest of the latest fire times,
+            // found walking back from `to`: a cron firing every second over a long
+            // downtime has more fire times than a walk from `from` could take.
+            Timing::Cron(..) => match self.earliest_of_latest(from, to).checked_sub(1) {
                 Some(before) => self.next_after(before),
                 None => Some(0),
             },
