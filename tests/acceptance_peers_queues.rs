@@ -487,7 +487,6 @@ impl Workflow for JobV2 {
 /// of version 2. A host registering version 1 again runs it to its version-1
 /// result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: an enqueued run of an unregistered version is admitted, parks with VersionMismatch and holds the queue slot, blocking every other run"]
 async fn an_enqueued_run_of_an_unregistered_version_holds_back_no_other_version()
 -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -673,7 +672,6 @@ impl Workflow for Orphan {
 /// the next host does not register must not take the queue's only slot from a
 /// run that host can execute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: an enqueued run of an unregistered workflow is admitted and holds the queue slot, blocking every other run"]
 async fn an_enqueued_run_of_an_unregistered_workflow_holds_back_no_other_run() -> anyhow::Result<()>
 {
     let dir = tempfile::tempdir()?;

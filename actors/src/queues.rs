@@ -208,10 +208,14 @@ impl Queues {
 
     /// Rebuilds the state from the unfinished runs found by recovery: enqueued ones
     /// wait, the others were admitted and count against the limit. Runs of queues
-    /// not configured on this host are left as they are, with a warning.
-    pub(crate) fn recover(&self, runs: &[RunMeta]) {
+    /// not configured on this host are left as they are, with a warning, and so are
+    /// enqueued runs this host cannot execute (`runnable` says no: their workflow
+    /// or version is not registered here): admitted, they would take a slot only
+    /// to park, holding back the queue; they wait for a host that registers them.
+    pub(crate) fn recover(&self, runs: &[RunMeta], runnable: impl Fn(&RunMeta) -> bool) {
         let mut queues = self.lock();
         let mut unknown: HashMap<&str, usize> = HashMap::new();
+        let mut unrunnable: HashMap<&str, usize> = HashMap::new();
         for meta in runs {
             let Some(entry) = &meta.queue else { continue };
             let Some(q) = queues.get_mut(&entry.name) else {
@@ -221,12 +225,22 @@ impl Queues {
             let run: Arc<str> = Arc::from(meta.run_id.as_str());
             q.next_order = q.next_order.max(entry.order + 1);
             q.hold_key(&run, entry.dedup_key.as_ref());
-            if meta.state == RunState::Enqueued {
+            if meta.state == RunState::Enqueued && !runnable(meta) {
+                *unrunnable.entry(&entry.name).or_default() += 1;
+            } else if meta.state == RunState::Enqueued {
                 q.places.insert(run.clone(), (entry.priority, entry.order));
                 q.pending.insert((entry.priority, entry.order, run));
             } else {
                 q.running.insert(run);
             }
+        }
+        for (queue, runs) in unrunnable {
+            tracing::warn!(
+                queue,
+                runs,
+                "reel: enqueued runs of workflows or versions this host does not register; \
+                 they wait until a host that registers them admits them"
+            );
         }
         for (queue, runs) in unknown {
             tracing::warn!(

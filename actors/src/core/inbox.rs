@@ -336,6 +336,13 @@ impl Core {
             return Err(ActorError::UnknownRun(run_id.to_owned()));
         };
         match (&meta.state, &meta.queue) {
+            // One this host cannot execute waits for a host that can (see
+            // `Queues::recover`).
+            (RunState::Enqueued, Some(_))
+                if self.check_registered(&meta.workflow, meta.version).is_err() =>
+            {
+                Ok(())
+            }
             (RunState::Enqueued, Some(entry)) => {
                 self.queues.enqueued(run_id, entry);
                 self.admit_later(entry.name.clone(), self.busy());

@@ -182,7 +182,9 @@ impl Core {
             ticket.await?;
         }
         self.schedule_timers(timers);
-        self.queues.recover(&unfinished);
+        self.queues.recover(&unfinished, |m| {
+            self.check_registered(&m.workflow, m.version).is_ok()
+        });
         // Hosts sharing a store post parent-close cancels as mail in the parent's
         // own write: nothing to look for then.
         let orphans = if self.store.cluster().is_none() {

@@ -145,10 +145,13 @@ fn recovery_counts_admitted_runs_against_the_limit() {
             dedup_key: None,
         }),
     };
-    qs.recover(&[
-        meta("a", RunState::Running, 0),
-        meta("b", RunState::Enqueued, 1),
-    ]);
+    qs.recover(
+        &[
+            meta("a", RunState::Running, 0),
+            meta("b", RunState::Enqueued, 1),
+        ],
+        |_| true,
+    );
     assert!(qs.take("q", 0).runs.is_empty());
     qs.ended("q", "a");
     assert_eq!(names(&qs.take("q", 0)), ["b"]);
