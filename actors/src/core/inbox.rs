@@ -201,12 +201,7 @@ impl Core {
             if done.is_empty() {
                 return;
             }
-            let store = self.store.clone();
-            let acked = blocking(move || match store.cluster() {
-                Some(c) => c.ack(&done),
-                None => Ok(()),
-            })
-            .await;
+            let acked = self.ack_inbox(done).await;
             if acked.is_err() || !full || self.is_closing() {
                 return;
             }
@@ -254,13 +249,7 @@ impl Core {
         // Gone from before the write on (a read under way may hold them), for
         // every read begun before it ended (a read begun later does not see them).
         self.inbox.gone.add(&ids, u64::MAX);
-        let store = self.store.clone();
-        let acked = ids.clone();
-        blocking(move || match store.cluster() {
-            Some(c) => c.ack(&acked),
-            None => Ok(()),
-        })
-        .await?;
+        self.ack_inbox(ids.clone()).await?;
         let begun = self.inbox.reads_begun.load(Ordering::SeqCst);
         self.inbox.gone.add(&ids, begun);
         tracing::debug!(
@@ -269,6 +258,17 @@ impl Core {
             "reel: letters acknowledged before the segment ends"
         );
         Ok(())
+    }
+
+    /// Removes the letters `ids` from the inbox (those of partitions this host no
+    /// longer holds stay, for their new owner).
+    async fn ack_inbox(&self, ids: Vec<i64>) -> Result<(), StorageError> {
+        let store = self.store.clone();
+        blocking(move || match store.cluster() {
+            Some(c) => c.ack(&ids),
+            None => Ok(()),
+        })
+        .await
     }
 
     /// Whether the run of letter `id` acknowledged it itself (`ack_letters`):
