@@ -1,8 +1,11 @@
 //! A run's append handle: assigns sequence numbers, derives timer-index changes and
-//! tells the live execution when new events become durable.
+//! tells the live execution when new events become durable. Its appends name it
+//! as their writer (`Append::writer`): once the store refuses one, it refuses
+//! the later ones, which assumed it landed.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 
@@ -28,8 +31,13 @@ use index::timer_key;
 #[derive(Clone)]
 pub struct Journal(Arc<Shared>);
 
+/// The last journal's writer id (`Append::writer`): ids are unique in the process.
+static LAST_WRITER: AtomicU64 = AtomicU64::new(0);
+
 struct Shared {
     run_id: Arc<str>,
+    /// Names its appends (`Append::writer`).
+    writer: u64,
     /// The sequence number of the segment's first event (its `RunStarted`): the
     /// journal counts positions within the segment, the store sequence numbers.
     base: u64,
@@ -201,6 +209,7 @@ impl Journal {
         let index = LogIndex::new(&history);
         Journal(Arc::new(Shared {
             run_id,
+            writer: LAST_WRITER.fetch_add(1, Ordering::Relaxed) + 1,
             base,
             store,
             clock,
@@ -305,6 +314,7 @@ impl Journal {
             run_id: String::from(&*self.0.run_id),
             expected_seq: Some(self.0.base + from),
             events: state.take_from(from),
+            writer: Some(self.0.writer),
             durable: false,
             at: Some(self.0.clock.now_ms()),
             ..Append::default()
@@ -428,6 +438,7 @@ impl Journal {
                 run_id: String::from(&*self.0.run_id),
                 expected_seq: (!events.is_empty()).then_some(self.0.base + from),
                 events,
+                writer: Some(self.0.writer),
                 meta,
                 add_timers,
                 remove_timers,

@@ -19,12 +19,13 @@
 //! The modules form no import circle. Leaves: `connection`, `rows` (pooled connections, sequence
 //! numbers, metadata and timer scans), `membership` ([`ClusterConfig`], the
 //! partitions held, the notice listener, the lease fence and inbox posts a write
-//! makes), `listing`, and `schema` above it; `writer` uses those; `store` uses
-//! everything below it; `cluster`, `admission` and `schedules` add trait impls to
+//! makes), `listing`, and `schema` above it; `encoded` uses `listing`; `writer`
+//! uses those; `store` uses everything below it; `cluster`, `admission` and `schedules` add trait impls to
 //! [`PgStore`].
 //! - `schema`: the tables, their migrations and the format check ([`SCHEMA_VERSION`]).
 //! - `store`: [`PgStore`]: connection pool, sync reads, `close`.
-//! - `writer`: the group-commit writer task.
+//! - `writer`: the group-commit writer task; `encoded`: an append as it takes it
+//!   (encoded on the caller's thread).
 //! - `schedules`: the schedules table, written by compare-and-swap.
 //! - `listing`: pages and counts of runs by index (the listing columns of
 //!   `reel_runs`, their backfill).
@@ -86,6 +87,7 @@
 mod admission;
 mod cluster;
 mod connection;
+mod encoded;
 mod listing;
 mod membership;
 mod rows;

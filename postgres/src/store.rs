@@ -15,9 +15,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 
 use crate::connection::{bound_silences, fence_stalled_transactions};
+use crate::encoded::Encoded;
 use crate::membership::{ClusterConfig, Membership, listen};
 use crate::rows::{get, scan_meta, scan_timers, seq_sql};
-use crate::writer::{Encoded, Listener, Request, writer_loop};
+use crate::writer::{Listener, Request, writer_loop};
 use crate::{pg_err, schema, stmt};
 
 /// Connections of the pool: the writer holds one, reads share the rest.

@@ -6,10 +6,11 @@ use std::sync::{Arc, RwLock};
 
 use deadpool_postgres::Pool;
 use deadpool_postgres::{Object, Transaction};
-use reel_storage::{Append, CommitListener, Record, Result, StorageError, encode_timer_key};
+use reel_storage::{CommitListener, Result, StorageError, WriterFences};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 
+use crate::encoded::Encoded;
 use crate::listing::MetaRow;
 use crate::rows::{get, seq_sql};
 use crate::{partition_of, pg_err, tx_stmt};
@@ -19,88 +20,6 @@ const MAX_BATCH: usize = 4096;
 pub(crate) struct Request {
     pub(crate) append: Encoded,
     pub(crate) reply: oneshot::Sender<Result<()>>,
-}
-
-/// An append with its records and metadata encoded (on the caller's thread).
-pub(crate) struct Encoded {
-    run_id: String,
-    expected_seq: Option<u64>,
-    records: Vec<Vec<u8>>,
-    /// Encoded metadata, whether the run has finished, and its listing columns.
-    meta: Option<(Vec<u8>, bool, MetaRow)>,
-    add_timers: Vec<(Vec<u8>, String, u64)>,
-    remove_timers: Vec<Vec<u8>>,
-    durable: bool,
-    /// Encoded mail for the run's owner (`reel_inbox`).
-    mail: Option<Vec<u8>>,
-    /// Encoded mail for other runs' owners, with their partitions.
-    letters: Vec<(i16, String, Vec<u8>)>,
-    /// For a creation without mail: the wake-up (with the run's timers) posted
-    /// instead when the writer turns out not to lease the run's partition.
-    wake: Option<Vec<u8>>,
-}
-
-impl Encoded {
-    /// The run and the sequence number its log ends before once this lands, for
-    /// an append with records.
-    fn grows(&self) -> Option<(String, u64)> {
-        let first = self.expected_seq?;
-        (!self.records.is_empty()).then(|| (self.run_id.clone(), first + self.records.len() as u64))
-    }
-
-    pub(crate) fn new(append: Append) -> Result<Encoded> {
-        append.validate()?;
-        let at = append.at.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        });
-        let records = append
-            .events
-            .iter()
-            .map(|e| Record::encode(e, at))
-            .collect::<Result<Vec<_>>>()?;
-        let meta = match &append.meta {
-            Some(m) => Some((m.encode()?, m.state.is_finished(), MetaRow::of(m))),
-            None => None,
-        };
-        let creates = append.expected_seq == Some(0) && !append.events.is_empty();
-        let wake = if creates && append.mail.is_none() {
-            let timers = append
-                .add_timers
-                .iter()
-                .filter(|t| t.run_id == append.run_id)
-                .map(|t| (t.fire_at, t.timer_id.clone()))
-                .collect();
-            Some(reel_storage::Mail::Wake { timers }.encode()?)
-        } else {
-            None
-        };
-        Ok(Encoded {
-            records,
-            wake,
-            meta,
-            add_timers: append
-                .add_timers
-                .iter()
-                .map(|t| (encode_timer_key(t), t.run_id.clone(), t.fire_at))
-                .collect(),
-            remove_timers: append.remove_timers.iter().map(encode_timer_key).collect(),
-            expected_seq: append.expected_seq,
-            durable: append.durable,
-            mail: append
-                .mail
-                .as_ref()
-                .map(reel_storage::Mail::encode)
-                .transpose()?,
-            letters: append
-                .letters
-                .iter()
-                .map(|(run, mail)| Ok((partition_of(run), run.clone(), mail.encode()?)))
-                .collect::<Result<Vec<_>>>()?,
-            run_id: append.run_id,
-        })
-    }
 }
 
 /// Who the writer tells which logs a commit grew.
@@ -113,6 +32,7 @@ pub(crate) async fn writer_loop(
     fence: Option<String>,
 ) {
     let mut pending = Vec::with_capacity(MAX_BATCH);
+    let mut fences = WriterFences::default();
     while rx.recv_many(&mut pending, MAX_BATCH).await > 0 {
         let registered = listener.read().ok().and_then(|l| l.clone());
         let watching = registered.clone().filter(|l| l.wants());
@@ -138,7 +58,7 @@ pub(crate) async fn writer_loop(
             })
             .unzip();
         let (mut requests, receivers): (Vec<_>, Vec<_>) = answers.into_iter().unzip();
-        commit(&pool, &mut requests, fence.as_deref()).await;
+        commit(&pool, &mut requests, fence.as_deref(), &mut fences).await;
         // A watch taken during this batch may have read a log before the commit:
         // what grew was not collected, so it must re-read (told before any answer,
         // as `grew` is).
@@ -159,21 +79,35 @@ pub(crate) async fn writer_loop(
     }
 }
 
-async fn commit(pool: &Pool, pending: &mut Vec<Request>, fence: Option<&str>) {
+/// Answers `req` with `outcome`, fencing its writer when it is refused
+/// (`WriterFences`).
+fn answer(req: Request, outcome: Result<()>, fences: &mut WriterFences) {
+    if outcome.is_err() {
+        fences.fence(req.append.writer);
+    }
+    let _ = req.reply.send(outcome);
+}
+
+async fn commit(
+    pool: &Pool,
+    pending: &mut Vec<Request>,
+    fence: Option<&str>,
+    fences: &mut WriterFences,
+) {
     let mut client = match get(pool).await {
         Ok(c) => c,
         Err(e) => {
             for req in pending.drain(..) {
-                let _ = req.reply.send(Err(e.clone_io()));
+                answer(req, Err(e.clone_io()), fences);
             }
             return;
         }
     };
     let appends: Vec<&Encoded> = pending.iter().map(|r| &r.append).collect();
-    match write(&mut client, &appends, fence).await {
+    match write(&mut client, &appends, fence, fences).await {
         Ok(outcomes) => {
             for (req, outcome) in pending.drain(..).zip(outcomes) {
-                let _ = req.reply.send(outcome);
+                answer(req, outcome, fences);
             }
         }
         Err(e)
@@ -184,7 +118,7 @@ async fn commit(pool: &Pool, pending: &mut Vec<Request>, fence: Option<&str>) {
             for req in pending.drain(..) {
                 let mut attempts = 1;
                 let outcome = loop {
-                    let outcome = match write(&mut client, &[&req.append], fence).await {
+                    let outcome = match write(&mut client, &[&req.append], fence, fences).await {
                         Ok(mut o) => o.pop().unwrap_or(Ok(())),
                         Err(e) => Err(e),
                     };
@@ -193,12 +127,12 @@ async fn commit(pool: &Pool, pending: &mut Vec<Request>, fence: Option<&str>) {
                         outcome => break outcome,
                     }
                 };
-                let _ = req.reply.send(outcome);
+                answer(req, outcome, fences);
             }
         }
         Err(e) => {
             for req in pending.drain(..) {
-                let _ = req.reply.send(Err(e.clone_io()));
+                answer(req, Err(e.clone_io()), fences);
             }
         }
     }
@@ -231,36 +165,20 @@ impl CloneIo for StorageError {
     }
 }
 
-impl Encoded {
-    /// Whether this append creates its run (its first events): any host may.
-    fn creates(&self) -> bool {
-        self.expected_seq == Some(0) && !self.records.is_empty()
-    }
-
-    /// The mail this append posts: its own, or, for a creation in a partition the
-    /// writer does not lease, a wake-up for the owner. A host that still believes
-    /// it owns a partition taken over creates the run without mail; the new owner
-    /// may have scanned the partition already, so without this nobody would run it.
-    fn mail_to_post(&self, leased: bool) -> Option<&[u8]> {
-        match (&self.mail, &self.wake) {
-            (Some(mail), _) => Some(mail),
-            (None, Some(wake)) if !leased => Some(wake),
-            _ => None,
-        }
-    }
-}
-
 /// Writes `appends` in one transaction. Appends whose expected sequence number does
 /// not match get a conflict in their slot of the answer and are left out; so do
 /// appends to runs of partitions this host does not lease, when it is one of
 /// several (`fence` is its host id): they get [`StorageError::NotOwner`]. A
 /// creation needs no lease, but the lease of its partition is checked (and locked)
 /// all the same: one this host does not hold gets a wake-up posted to the owner
-/// (`Encoded::mail_to_post`). The error is for the transaction as a whole.
+/// (`Encoded::mail_to_post`). The appends of a writer in `fences`, or one of
+/// whose appends in this batch is refused, get a conflict too (`WriterFences`).
+/// The error is for the transaction as a whole.
 async fn write(
     client: &mut Object,
     appends: &[&Encoded],
     fence: Option<&str>,
+    fences: &WriterFences,
 ) -> Result<Vec<Result<()>>> {
     let tx = client.transaction().await.map_err(|e| pg_err(&e))?;
     // Statements that do not depend on each other are issued together: the
@@ -299,20 +217,25 @@ async fn write(
     let mut metas: BTreeMap<&str, &(Vec<u8>, bool, MetaRow)> = BTreeMap::new();
     let mut timers: HashMap<&[u8], Option<(&str, u64)>> = HashMap::new();
     let mut mails: Vec<(i16, &str, &[u8])> = Vec::new();
+    // Writers with an append refused in this batch.
+    let mut refused = WriterFences::default();
     for a in appends {
         let part = partition_of(&a.run_id);
         // One host alone (no fence) owns every partition.
         let owned = fence.is_none() || leased.contains(&part);
         if !owned && !a.creates() {
+            refused.fence(a.writer);
             outcomes.push(Err(StorageError::NotOwner {
                 run_id: a.run_id.clone(),
                 partition: u16::try_from(part).unwrap_or(0),
             }));
             continue;
         }
-        if let Some(expected) = a.expected_seq {
+        let fenced = fences.refuses(a.writer) || refused.refuses(a.writer);
+        if let Some(expected) = a.expected_seq.or(fenced.then_some(0)) {
             let actual = next.get(a.run_id.as_str()).copied().unwrap_or(0);
-            if actual != expected {
+            if actual != expected || fenced {
+                refused.fence(a.writer);
                 outcomes.push(Err(StorageError::Conflict {
                     run_id: a.run_id.clone(),
                     expected,

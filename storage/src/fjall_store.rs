@@ -129,6 +129,8 @@ struct Request {
 struct Encoded {
     run_id: String,
     expected_seq: Option<u64>,
+    /// [`Append::writer`].
+    writer: Option<u64>,
     /// Encoded once into a buffer the thread keeps, then copied into values of
     /// their exact size, which the batch takes without another copy.
     records: Vec<Slice>,
@@ -288,6 +290,7 @@ impl FjallStore {
             add_timers: append.add_timers.iter().map(encode_timer_key).collect(),
             remove_timers: append.remove_timers.iter().map(encode_timer_key).collect(),
             expected_seq: append.expected_seq,
+            writer: append.writer,
             durable: append.durable,
             run_id: append.run_id.clone(),
         })
@@ -335,6 +338,7 @@ impl LogWriter for FjallStore {
         self.send(Encoded {
             run_id: run_id.to_owned(),
             expected_seq: Some(expected_seq),
+            writer: None,
             records: Vec::new(),
             meta: None,
             listed: None,

@@ -16,6 +16,8 @@
 //! - `store`: the narrow traits ([`LogWriter`], [`LogReader`], [`MetaReader`],
 //!   [`TimerReader`], [`Store`]) and the write unit [`Append`] with its [`Ticket`].
 //! - `fjall_store`: [`FjallStore`], the fjall backend and its group-commit writer.
+//! - `fences`: [`WriterFences`], how a backend refuses the later appends of a
+//!   writer once one of its appends was refused ([`Append::writer`]).
 //! - [`listing`]: the page query of [`MetaReader::list_page`], its cursor and
 //!   order.
 //! - [`metrics`]: the names of the metrics reel reports (through the `metrics`
@@ -46,6 +48,7 @@ mod cluster;
 mod copy;
 mod error;
 mod event;
+mod fences;
 mod fjall_store;
 mod keys;
 pub mod listing;
@@ -66,6 +69,7 @@ pub use cluster::{Cluster, LeaseChange, Letter, Mail, Notice, PARTITIONS, partit
 pub use copy::{CopyError, CopyReport, copy_store};
 pub use error::StorageError;
 pub use event::{AttemptError, Event, Failure, Payload};
+pub use fences::WriterFences;
 pub use fjall_store::{
     FORMAT_VERSION, FjallStore, StoreOptions, UPGRADABLE_FORMATS, check_new_run_id, check_run_id,
 };

@@ -21,6 +21,8 @@ struct State {
     runs: BTreeMap<String, RunMeta>,
     timers: BTreeSet<TimerEntry>,
     schedules: BTreeMap<String, crate::ScheduleRecord>,
+    /// Writers refused since one of their appends was.
+    fences: crate::WriterFences,
     closed: bool,
 }
 
@@ -49,9 +51,12 @@ impl MemStore {
         if st.closed {
             return Err(StorageError::Closed);
         }
-        if let Some(expected) = a.expected_seq {
+        let fenced = st.fences.refuses(a.writer);
+        if let Some(expected) = a.expected_seq.or(fenced.then_some(0)) {
             let actual = st.logs.get(&a.run_id).map_or(0, |l| l.len() as u64);
-            if actual != expected {
+            if actual != expected || fenced {
+                // Its writer's later appends assumed this one (`WriterFences`).
+                st.fences.fence(a.writer);
                 return Err(StorageError::Conflict {
                     run_id: a.run_id,
                     expected,

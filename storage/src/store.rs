@@ -46,6 +46,13 @@ pub struct Append {
     /// dies right after the write loses none of it. A store one host owns
     /// ignores them (its own recovery and the runs' own re-checks cover a crash).
     pub letters: Vec<(String, crate::Mail)>,
+    /// The writer this append comes from, when its appends build on each other (a
+    /// run actor's journal submits the next before the last has landed, with
+    /// sequence numbers that assume it lands). Once a backend refuses one of the
+    /// writer's appends, it refuses each later one ([`StorageError::Conflict`]),
+    /// whatever its sequence number: see [`WriterFences`](crate::WriterFences).
+    /// `None` for a write that stands alone. Ids are unique within a process.
+    pub writer: Option<u64>,
     /// When the events were appended (ms since the epoch), stamped on their records;
     /// `None` stamps the system clock's time of submission. A host stamps its
     /// [`Clock`](crate::Clock)'s time, so a test clock's virtual times show in logs.

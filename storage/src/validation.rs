@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 mod cluster;
 mod deletion;
+mod fences;
 mod listener;
 mod listing;
 mod schedules;
@@ -29,6 +30,7 @@ pub use cluster::{
     run_cluster_checks, writes_need_the_lease,
 };
 pub use deletion::delete_removes_only_the_run_checked;
+pub use fences::a_refused_writer_is_fenced;
 pub use listener::a_listener_that_begins_during_a_commit_hears_of_it;
 pub use listing::{listing_follows_each_change, listing_pages_and_counts};
 pub use schedules::schedules_swap_atomically;
@@ -93,6 +95,7 @@ pub async fn run_all<B: Backend, F: Fn() -> B>(new: F) {
     listing_follows_each_change(&new()).await;
     schedules_swap_atomically(&new()).await;
     delete_removes_only_the_run_checked(&new()).await;
+    a_refused_writer_is_fenced(&new()).await;
 }
 
 fn ev(i: u64) -> Event {

@@ -134,6 +134,7 @@ async fn concurrent_writers_with_same_expected_seq_one_wins() {
             .expect("start");
 
         let writer = |name: &str, at: u64| Append {
+            writer: None,
             at: None,
             run_id: run.clone(),
             expected_seq: Some(1),

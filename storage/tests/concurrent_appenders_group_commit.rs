@@ -91,6 +91,7 @@ async fn concurrent_appenders_all_land_in_order_with_meta_and_timers() {
                 };
                 store
                     .submit(Append {
+                        writer: None,
                         at: None,
                         run_id: run.clone(),
                         expected_seq: Some(seq),

@@ -20,6 +20,7 @@ fn append(run: &str) -> Append {
         run_id: run.into(),
         expected_seq: Some(0),
         events: vec![started()],
+        writer: None,
         meta: Some(RunMeta {
             run_id: run.into(),
             workflow: "wf".into(),

@@ -75,6 +75,7 @@ fn timer(run: &str, seq: u64) -> TimerEntry {
 
 fn append(run: &str, seq: u64) -> Append {
     Append {
+        writer: None,
         at: None,
         run_id: run.into(),
         expected_seq: Some(seq),

@@ -21,6 +21,7 @@ fn started(n: u32) -> Event {
 async fn write_run(store: &FjallStore, run: &str, durable: bool) {
     store
         .submit(Append {
+            writer: None,
             at: None,
             run_id: run.into(),
             expected_seq: Some(0),

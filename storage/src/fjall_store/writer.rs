@@ -1,5 +1,6 @@
 //! The group commit: drains queued appends into one batch, checks each append's
-//! sequence number, keeps the listing indexes and status counts in step with the
+//! sequence number (and refuses the later appends of a writer once one of its
+//! appends was refused: `WriterFences`), keeps the listing indexes and status counts in step with the
 //! metadata it writes (`index`), commits with one fdatasync and only then answers
 //! every caller of the batch.
 //!
@@ -34,7 +35,7 @@ use super::index::ListingWriter;
 use super::{Encoded, Keyspaces, MAX_BATCH, Request, SEQ_CACHE_LIMIT};
 use crate::keys::{log_key_into, log_prefix, seq_of};
 use crate::store::{CommitListener, Outstanding, Result};
-use crate::{RunMeta, StorageError};
+use crate::{RunMeta, StorageError, WriterFences};
 use fjall::OwnedWriteBatch;
 
 /// Next sequence numbers of recently written runs, so the CAS check rarely reads disk.
@@ -76,6 +77,8 @@ struct CommitState {
     listing: ListingWriter,
     /// Why the store refuses writes (a failed commit, unreadable status counts).
     failed: Option<String>,
+    /// Writers refused since one of their appends was.
+    fences: WriterFences,
     /// Set by [`Committer::close`]: no more inline commits.
     closed: bool,
     /// The run of the last batch's last append: the run of a lone append when
@@ -112,6 +115,7 @@ impl Committer {
                 cache: SeqCache(HashMap::new()),
                 listing,
                 failed,
+                fences: WriterFences::default(),
                 closed: false,
                 last_run: String::new(),
             }),
@@ -187,10 +191,11 @@ impl Committer {
             cache,
             listing,
             failed,
+            fences,
             ..
         } = state;
         match ks {
-            Some(ks) => commit_batch(ks, cache, listing, pending, failed, &self.listener),
+            Some(ks) => commit_batch(ks, cache, listing, fences, pending, failed, &self.listener),
             None => {
                 for req in pending.drain(..) {
                     let _ = req.reply.send(Err(StorageError::Closed));
@@ -238,6 +243,7 @@ fn commit_batch(
     ks: &Keyspaces,
     cache: &mut SeqCache,
     listing: &mut ListingWriter,
+    fences: &mut WriterFences,
     pending: &mut Vec<Request>,
     failed: &mut Option<String>,
     listeners: &Listener,
@@ -295,15 +301,21 @@ fn commit_batch(
     let mut refused = Vec::new();
     for req in in_key_order(pending) {
         let a = &req.append;
-        if let Some(expected) = a.expected_seq {
+        // A writer one of whose appends was refused: this one assumed it landed
+        // (`WriterFences`). Refused as a conflict, with or without events.
+        let fenced = fences.refuses(a.writer);
+        if let Some(expected) = a.expected_seq.or(fenced.then_some(0)) {
             let actual = match cache.next_seq(ks, &a.run_id) {
                 Ok(s) => s,
                 Err(e) => {
+                    fences.fence(a.writer);
                     let _ = req.reply.send(Err(e));
                     continue;
                 }
             };
-            if actual != expected {
+            if actual != expected || fenced {
+                // Its writer's later appends assumed this one: refused too.
+                fences.fence(a.writer);
                 // Answered after the commit: the loser must be able to read what the
                 // winner wrote in this very batch.
                 refused.push((
@@ -328,6 +340,7 @@ fn commit_batch(
                     accepted.push(req.reply);
                 }
                 Err(e) => {
+                    fences.fence(a.writer);
                     let _ = req.reply.send(Err(e));
                 }
             }
@@ -338,6 +351,7 @@ fn commit_batch(
         if let Some(listed) = &a.listed
             && let Err(e) = listing.update(ks, &mut batch, &a.run_id, listed.clone())
         {
+            fences.fence(a.writer);
             let _ = req.reply.send(Err(e));
             continue;
         }
