@@ -36,6 +36,7 @@ use crate::asking::ask;
 use crate::blocking::blocking;
 use crate::engine::Registry;
 use crate::error::ActorError;
+use crate::fresh_runs::FreshRuns;
 use crate::host::RunHost;
 use crate::journal::{RUN_DEADLINE, timer_of};
 use crate::log_watch::LogWatchers;
@@ -100,7 +101,7 @@ pub struct Core {
     /// A new run's state as its first write left it, for the actor that activates
     /// it first: taken by whichever activation comes first (the run's own, or a
     /// message that reached it before), so a later one reads what is on disk.
-    fresh: Mutex<HashMap<Arc<str>, Preload>>,
+    fresh: FreshRuns,
     /// Passivates idle run actors after `passivate_after`.
     passivator: Passivator,
     actor_runs: Mutex<HashMap<ActorId, Arc<str>>>,

@@ -41,6 +41,8 @@
 //!   new run as its first write left it (its first execution included),
 //!   `run_actor::messages` the messages it takes from outside (a run whose log
 //!   cannot be read takes only a cancel).
+//! - `fresh_runs`: new runs' states from their first write to their first actor,
+//!   dropped as stale once another actor was spawned for the run meanwhile.
 //! - `core`: [`Core`] at the top: `core::recovery` (start-up), `core::activation`
 //!   (live-run map, supervisors), `core::routing` (deliveries, wake-ups),
 //!   `core::parking`, `core::waiters`, `core::published`, `core::children`
@@ -57,6 +59,7 @@ mod blocking;
 mod core;
 mod engine;
 mod error;
+mod fresh_runs;
 mod host;
 mod journal;
 mod log_watch;

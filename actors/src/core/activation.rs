@@ -27,7 +27,8 @@ impl Core {
     /// put in place under the lock, and the actor spawned outside it: the first
     /// caller spawns, concurrent callers for the same run wait for that actor. A
     /// spawn takes the run's fresh state ([`Core::stash_fresh`]) if it is still
-    /// there, and reads the run from the store otherwise.
+    /// there, and reads the run from the store otherwise (and marks a state still
+    /// expected as stale).
     pub(super) async fn actor_for(&self, run_id: &str) -> Result<ActorRef<RunActor>, ActorError> {
         let cell = {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -47,11 +48,7 @@ impl Core {
         let actor = cell
             .get_or_try_init(|| {
                 spawned = true;
-                let preload = self
-                    .fresh
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(run_id);
+                let preload = self.fresh.take(run_id);
                 // Boxed: spawning is the rare path, and its future (kameo's spawn
                 // under a supervisor) would otherwise make every delivery's future,
                 // which callers hold across awaits, several kilobytes larger.
@@ -72,28 +69,23 @@ impl Core {
     }
 
     /// Keeps a new run's state as its first write left it for its first
-    /// activation: a message that reaches the run before its own activation
-    /// activates it with this state, and an activation after that actor stopped
-    /// reads the store (the state may be stale by then).
-    pub(crate) fn stash_fresh(&self, run_id: &str, preload: Preload) {
-        // Under the live lock: a run some message has activated already (its
-        // actor may stop before the run's own activation comes) gets no stash.
+    /// activation, under the token of its expectation ([`FreshRuns`]): a message
+    /// that reaches the run before its own activation activates it with this
+    /// state. Not kept once any actor was spawned for the run since the
+    /// expectation (its state may be further on): that one, or the next, reads
+    /// the store.
+    pub(crate) fn stash_fresh(&self, run_id: &str, token: u64, preload: Preload) {
+        // Under the live lock: a run some message has activated already gets no
+        // stash, and a spawn after this finds it.
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        if live.contains_key(run_id) {
-            return;
-        }
         self.fresh
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(Arc::from(run_id), preload);
+            .stash(run_id, token, preload, live.contains_key(run_id));
     }
 
-    /// Drops a new run's state if no activation took it (its activation failed).
-    pub(crate) fn drop_fresh(&self, run_id: &str) {
-        self.fresh
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run_id);
+    /// Drops a new run's state if no activation took it (its activation failed,
+    /// or came after another's).
+    pub(crate) fn drop_fresh(&self, run_id: &str, token: u64) {
+        self.fresh.forget(run_id, token);
     }
 
     /// Spawns a run actor under the current supervisor.

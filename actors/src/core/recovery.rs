@@ -69,7 +69,7 @@ impl Core {
                 registry,
                 options: Arc::new(options),
                 live: Mutex::new(HashMap::new()),
-                fresh: Mutex::new(HashMap::new()),
+                fresh: FreshRuns::new(),
                 passivator,
                 actor_runs: Mutex::new(HashMap::new()),
                 crash_messages: Mutex::new(HashMap::new()),

@@ -4,6 +4,7 @@
 //! exists already is answered as such.
 
 use super::*;
+use crate::fresh_runs::Expectation;
 
 impl Core {
     /// Creates a run (idempotent on `run_id` for the same workflow) and starts it.
@@ -147,6 +148,9 @@ impl Core {
                 .map(|t| (t.fire_at, t.timer_id.clone()))
                 .collect(),
         });
+        // Its state as written, for its first actor, unless another actor is
+        // spawned for it first (a racing start's): expected before the write.
+        let expected = (!elsewhere && !enqueued && !waits).then(|| self.fresh.expect(&run_id));
         let (created, created_at) = self.submit_created(Append {
             run_id: run_id.clone(),
             expected_seq: Some(0),
@@ -170,6 +174,7 @@ impl Core {
             // Someone created it first: answer as for an existing run. Boxed, as a
             // rare path: its future would make every start's several KB larger.
             Err(StorageError::Conflict { .. }) => {
+                drop(expected);
                 let existing = Box::pin(self.start_existing(&run_id, &workflow)).await;
                 // The id was taken, and that run deleted before it could be read:
                 // the id is free again, so this start writes its run after all (as
@@ -208,14 +213,18 @@ impl Core {
             return Ok(Started::Created);
         }
         // Stashed before the run's timers can reach it (see below).
-        self.stash_fresh(
-            &run_id,
-            Box::new(Fresh {
-                meta: meta_copy,
-                log: events_copy,
-                handed,
-            }),
-        );
+        let token = expected.map(Expectation::keep);
+        if let Some(token) = token {
+            self.stash_fresh(
+                &run_id,
+                token,
+                Box::new(Fresh {
+                    meta: meta_copy,
+                    log: events_copy,
+                    handed,
+                }),
+            );
+        }
         self.schedule_timers(add_timers);
         // The run exists once its first write has landed: its activation goes on in
         // a task of its own, which the caller does not wait for (a message sent to
@@ -228,7 +237,9 @@ impl Core {
             let _permit = permit;
             let _busy = busy;
             let activated = core.deliver(&run_id, Resume).await;
-            core.drop_fresh(&run_id);
+            if let Some(token) = token {
+                core.drop_fresh(&run_id, token);
+            }
             match activated {
                 Ok(()) | Err(ActorError::Shutdown) => {}
                 Err(e) => {
