@@ -37,7 +37,8 @@ pub struct WriterFences {
 impl WriterFences {
     /// Whether an append of `writer` must be refused.
     pub fn refuses(&self, writer: Option<u64>) -> bool {
-        writer.is_some_and(|w| self.fenced.contains(&w))
+        // Most of the time none is fenced: no hashing then.
+        !self.fenced.is_empty() && writer.is_some_and(|w| self.fenced.contains(&w))
     }
 
     /// Refuses every later append of `writer` (one of its appends was refused).
