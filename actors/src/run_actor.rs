@@ -18,7 +18,7 @@ use futures::{FutureExt, StreamExt};
 use kameo::actor::{Actor, ActorRef, WeakActorRef};
 use kameo::error::{ActorStopReason, PanicError};
 use kameo::message::Context;
-use reel_storage::{Event, Failure, RunMeta, RunState, StorageError, Store, TimerEntry};
+use reel_storage::{Append, Event, Failure, RunMeta, RunState, StorageError, Store, TimerEntry};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
@@ -155,6 +155,23 @@ impl RunActor {
                 (Some(meta), Ok(log), handed)
             }
             None => {
+                if args.resume {
+                    // A supervisor restart: the last appends of the execution that
+                    // crashed may still wait in the store's writer. Read past them,
+                    // the log would lack them, and this actor's execution would run
+                    // a step body again before its own append was refused. An
+                    // append of nothing goes after them, and lands once they have.
+                    let barrier = Append {
+                        run_id: args.run_id.to_string(),
+                        ..Append::default()
+                    };
+                    if let Err(e) = args.store.submit(barrier).await {
+                        if matches!(e, StorageError::Io(_)) {
+                            host.record_store_failure(&args.run_id, e.to_string());
+                        }
+                        return Err(e.into());
+                    }
+                }
                 let store = args.store.clone();
                 let id = args.run_id.clone();
                 let read = blocking(move || {
