@@ -161,16 +161,14 @@ impl RunActor {
                     // the log would lack them, and this actor's execution would run
                     // a step body again before its own append was refused. An
                     // append of nothing goes after them, and lands once they have.
+                    // Refused (the store failing, the run's partition owned by
+                    // another host now), it has waited for them all the same; what
+                    // this actor reads and appends next meets the refusal itself.
                     let barrier = Append {
                         run_id: args.run_id.to_string(),
                         ..Append::default()
                     };
-                    if let Err(e) = args.store.submit(barrier).await {
-                        if matches!(e, StorageError::Io(_)) {
-                            host.record_store_failure(&args.run_id, e.to_string());
-                        }
-                        return Err(e.into());
-                    }
+                    let _ = args.store.submit(barrier).await;
                 }
                 let store = args.store.clone();
                 let id = args.run_id.clone();
