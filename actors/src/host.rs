@@ -65,6 +65,9 @@ pub(crate) trait RunHost: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), ActorError>>;
     /// Removes the run's live entry if it is still the actor `actor`.
     fn retire<'a>(&'a self, run_id: &'a str, actor: ActorId) -> BoxFuture<'a, ()>;
+    /// Whether another host owns the run (this host does not lease its
+    /// partition, or is giving it back).
+    fn owned_elsewhere(&self, run_id: &str) -> bool;
     /// Another host owns the run now (a write of its actor was refused): wake the
     /// owner with a letter, in the background, in case its scan of the partition
     /// came before the run's last change here.

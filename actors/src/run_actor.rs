@@ -27,7 +27,7 @@ use crate::engine::{Engine, Execution, Outcome, Registry};
 use crate::error::ActorError;
 use crate::host::RunHost;
 use crate::journal::Journal;
-use crate::message::{Resume, closing_reason};
+use crate::message::{HandBack, Resume, closing_reason};
 use crate::options::CoreOptions;
 use crate::passivation::Passivator;
 use crate::services::Services;
@@ -251,7 +251,14 @@ impl RunActor {
                 meta.segment_start,
             ),
         };
-        if args.resume && broken.is_none() {
+        // Restarted while its partition is being given back (or is another
+        // host's now): it runs nothing more here (messages queued for it are
+        // refused, to go to the next owner) and stops as it would have on the
+        // hand-back, which waits for it.
+        let leaving = args.resume && host.owned_elsewhere(&args.run_id);
+        if leaving {
+            let _ = me.tell(HandBack).try_send();
+        } else if args.resume && broken.is_none() {
             let _ = me.tell(Resume).try_send();
         }
         Ok(RunActor {
@@ -270,7 +277,7 @@ impl RunActor {
             generation: 0,
             idle_generation: 0,
             retired: false,
-            leaving: false,
+            leaving,
             log_warned: false,
             busy: None,
             handed: handed.map(Box::new),

@@ -91,6 +91,10 @@ impl RunHost for Core {
         Box::pin(Core::retire(self, run_id, actor))
     }
 
+    fn owned_elsewhere(&self, run_id: &str) -> bool {
+        Core::owned_elsewhere(self, run_id)
+    }
+
     fn hand_over(&self, run_id: &str) {
         Core::hand_over(self, run_id);
     }
