@@ -23,7 +23,7 @@ use std::time::Duration;
 use foldhash::{HashMap, HashMapExt};
 use futures::StreamExt;
 use kameo::actor::{ActorId, ActorRef, Spawn};
-use kameo::error::{ActorStopReason, SendError};
+use kameo::error::{ActorStopReason, HookError, SendError};
 use kameo::message::Message;
 use kameo::supervision::RestartPolicy;
 use reel_storage::{
