@@ -88,9 +88,10 @@ impl Core {
                 Err(SendError::HandlerError(e)) => return Err(e),
                 // Its actor could not start, the run gone (deleted since the caller
                 // read it): unknown, not unavailable, and no use trying again.
-                Err(_) if actor.with_startup_result(|r| {
-                    matches!(r, Err(HookError::Error(ActorError::UnknownRun(_))))
-                }) == Some(true) =>
+                Err(_)
+                    if actor.with_startup_result(|r| {
+                        matches!(r, Err(HookError::Error(ActorError::UnknownRun(_))))
+                    }) == Some(true) =>
                 {
                     self.forget(run_id, actor.id());
                     return Err(ActorError::UnknownRun(run_id.to_owned()));
