@@ -145,6 +145,14 @@ fn events(run_id: &str, expected_seq: u64, events: Vec<Event>) -> Append {
     }
 }
 
+/// Asserts that `r` is a conflict; `what` names the write in the message.
+fn conflict(what: &str, r: Result<(), StorageError>) {
+    assert!(
+        matches!(r, Err(StorageError::Conflict { .. })),
+        "{what}: {r:?}"
+    );
+}
+
 fn timer(fire_at: u64, run_id: &str, timer_id: &str) -> TimerEntry {
     TimerEntry {
         fire_at,

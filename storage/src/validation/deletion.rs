@@ -3,15 +3,8 @@
 //! checked: finished, its log where the caller saw it end, and created when the
 //! caller's copy says (a run that took a deleted run's id is another run).
 
-use super::{Backend, ev, events, meta, started, timer};
-use crate::{RunState, StorageError};
-
-fn conflict(what: &str, r: Result<(), StorageError>) {
-    assert!(
-        matches!(r, Err(StorageError::Conflict { .. })),
-        "{what}: {r:?}"
-    );
-}
+use super::{Backend, conflict, ev, events, meta, started, timer};
+use crate::RunState;
 
 /// Refused: a delete at a stale sequence number, of an unfinished run, of a run
 /// created at another time, of a run that does not exist. Done: a delete of the

@@ -2,19 +2,12 @@
 //! each later one is refused too, even one whose sequence number matches the log
 //! by then, since it assumed the refused one landed. Other writers go on.
 
-use super::{Backend, ev, events, meta, started, suspended};
-use crate::{Append, RunState, StorageError};
+use super::{Backend, conflict, ev, events, meta, started, suspended};
+use crate::{Append, RunState};
 
 fn of(writer: u64, mut append: Append) -> Append {
     append.writer = Some(writer);
     append
-}
-
-fn conflict(what: &str, r: Result<(), StorageError>) {
-    assert!(
-        matches!(r, Err(StorageError::Conflict { .. })),
-        "{what}: {r:?}"
-    );
 }
 
 /// Two writers read a log at the same length; the other's append lands first.
