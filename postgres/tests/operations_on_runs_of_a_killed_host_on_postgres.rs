@@ -120,13 +120,16 @@ fn child(dir: &Path) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let owners = support::settled_leases(&url, "host-", 3).await;
+        println!("phase settled");
         let ids = Ids::of(&owners);
         host.start::<Gate>(&ids.cancel, 1).await.expect("start");
         host.start::<Tagged>(&ids.pause, ()).await.expect("start");
         host.start::<Gate>(&ids.fork, 2).await.expect("start");
         host.start::<Gate>(&ids.terminate, 4).await.expect("start");
         let quick = host.start::<Quick>(&ids.delete, 3).await.expect("start");
+        println!("phase started all");
         assert_eq!(quick.result().await.expect("quick"), 4);
+        println!("phase quick done");
         for id in [&ids.cancel, &ids.fork, &ids.terminate] {
             host.run(id)
                 .wait_until_suspended()
@@ -171,6 +174,8 @@ fn operations_on_runs_of_a_killed_host_on_postgres() {
     });
     let mut execs = 0;
     victim.until(Duration::from_secs(60), |line| {
+        // Shown if the child goes quiet: how far it got.
+        println!("child: {line}");
         execs += usize::from(line.starts_with("exec host-0"));
         line == "started"
     });
