@@ -1,8 +1,8 @@
 //! The group commit: drains queued appends into one batch, checks each append's
 //! sequence number (and refuses the later appends of a writer once one of its
-//! appends was refused: `WriterFences`), keeps the listing indexes and status counts in step with the
-//! metadata it writes (`index`), commits with one fdatasync and only then answers
-//! every caller of the batch.
+//! appends was refused: `WriterFences`), keeps the listing indexes and status
+//! counts in step with the metadata it writes (`index`), commits with one
+//! fdatasync and only then answers every caller of the batch.
 //!
 //! Two ways in, one [`Committer`]:
 //! - the writer thread ([`writer_loop`]) drains the channel and commits what it
