@@ -357,17 +357,17 @@ impl Ctx {
 
     /// Records events now (at call time, so the log order is the call order); the
     /// driver sees the write land. Nothing in replay-only mode.
-    pub(crate) fn record(&self, events: Vec<Event>, durable: bool) {
+    pub(crate) fn record(&self, event: Event, durable: bool) {
         if let Some(journal) = &self.inner.journal {
             // A write that need not be fsynced (`StepStarted`) is not waited for:
             // the durable write that follows it lands after it, or reports its
             // failure (the writer answers every later append with the first cause).
             // Waiting for it would cost the execution a wake-up per step.
             if durable {
-                let landing = journal.append(events, true);
+                let landing = journal.append([event], true);
                 self.lock().landings.push(landing);
             } else {
-                journal.append_unawaited(events);
+                journal.append_unawaited(event);
             }
         }
     }

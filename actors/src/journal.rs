@@ -54,6 +54,9 @@ struct State {
     next_seq: u64,
     history: Arc<Vec<Event>>,
     tail: Vec<Event>,
+    /// An empty buffer with the capacity of the last append's events
+    /// ([`State::take_from`]).
+    spare: Vec<Event>,
     /// Lookups into `history` and `tail`, kept as events are appended.
     index: LogIndex,
     /// Every event below this sequence number is durable.
@@ -86,11 +89,25 @@ impl State {
             .unwrap_or(usize::MAX)
             .saturating_sub(self.history.len())
             .min(self.tail.len());
-        self.tail.drain(start..).collect()
+        // Into the buffer the last append gave back: no allocation per append.
+        let mut taken = std::mem::take(&mut self.spare);
+        taken.extend(self.tail.drain(start..));
+        taken
     }
 
-    fn put_back(&mut self, events: Vec<Event>) {
+    fn put_back(&mut self, mut events: Vec<Event>) {
+        self.tail.append(&mut events);
+        self.spare = events;
+    }
+
+    /// Appends `events` to the tail and returns them, in place.
+    fn push(&mut self, events: impl IntoIterator<Item = Event>) -> &[Event] {
+        let start = self.tail.len();
         self.tail.extend(events);
+        let added = &self.tail[start..];
+        self.next_seq += added.len() as u64;
+        self.index.note_all(added);
+        added
     }
 }
 
@@ -219,6 +236,7 @@ impl Journal {
                 next_seq: len,
                 history: Arc::new(history),
                 tail: Vec::new(),
+                spare: Vec::new(),
                 index,
                 durable: len,
                 waker: None,
@@ -246,7 +264,7 @@ impl Journal {
     ///
     /// A non-durable append nobody waits for goes through
     /// [`Journal::append_unawaited`] instead.
-    pub fn append(&self, events: Vec<Event>, durable: bool) -> Landing {
+    pub fn append(&self, events: impl IntoIterator<Item = Event>, durable: bool) -> Landing {
         self.submit(events, None, Vec::new(), durable, false, false, Vec::new())
     }
 
@@ -259,11 +277,11 @@ impl Journal {
     /// with a step body running ([`Journal::flush_held`]). Its sequence numbers
     /// are taken at once, so the log order is still the call order. Nothing once
     /// the journal is closed.
-    pub fn append_unawaited(&self, events: Vec<Event>) {
-        if holdable(&events) {
-            self.hold(events);
+    pub fn append_unawaited(&self, event: Event) {
+        if holdable(std::slice::from_ref(&event)) {
+            self.hold(event);
         } else {
-            drop(self.submit(events, None, Vec::new(), false, false, false, Vec::new()));
+            drop(self.submit([event], None, Vec::new(), false, false, false, Vec::new()));
         }
     }
 
@@ -282,8 +300,8 @@ impl Journal {
         ))
     }
 
-    /// Takes the events' sequence numbers and holds them for the next append.
-    fn hold(&self, events: Vec<Event>) {
+    /// Takes the event's sequence number and holds it for the next append.
+    fn hold(&self, event: Event) {
         let mut state = self.lock();
         if state.closed {
             return;
@@ -291,9 +309,7 @@ impl Journal {
         if state.held_from.is_none() {
             state.held_from = Some(state.next_seq);
         }
-        state.next_seq += events.len() as u64;
-        state.index.note_all(&events);
-        state.tail.extend(events);
+        state.push([event]);
     }
 
     /// Hands the held appends to the store now: the execution has gone idle while
@@ -397,7 +413,7 @@ impl Journal {
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
-        events: Vec<Event>,
+        events: impl IntoIterator<Item = Event>,
         meta: Option<RunMeta>,
         remove_timers: Vec<TimerEntry>,
         durable: bool,
@@ -405,21 +421,19 @@ impl Journal {
         wake: bool,
         letters: Vec<(String, Mail)>,
     ) -> Landing {
-        let add_timers: Vec<TimerEntry> = events
-            .iter()
-            .filter_map(|e| timer_of(&self.0.run_id, e))
-            .collect();
-        let publishes = events.iter().any(|e| matches!(e, Event::Published { .. }));
-        let (ticket, durable_end) = {
+        let (ticket, durable_end, publishes) = {
             let mut state = self.lock();
             if state.closed && !is_final {
                 return Landing::refused(self);
             }
             let first = state.next_seq;
-            state.next_seq += events.len() as u64;
+            let added = state.push(events);
+            let add_timers: Vec<TimerEntry> = added
+                .iter()
+                .filter_map(|e| timer_of(&self.0.run_id, e))
+                .collect();
+            let publishes = added.iter().any(|e| matches!(e, Event::Published { .. }));
             let end = state.next_seq;
-            state.index.note_all(&events);
-            state.tail.extend(events);
             if state.dry {
                 return Landing {
                     ticket: Ticket::ready(Ok(())),
@@ -464,7 +478,7 @@ impl Journal {
                     host.unschedule_timers(remove_timers);
                 }
             }
-            (ticket, durable.then_some(end))
+            (ticket, durable.then_some(end), publishes)
         };
         Landing {
             ticket,

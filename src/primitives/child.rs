@@ -158,12 +158,12 @@ impl Ctx {
         if let Ok(opened) = &opened {
             if *opened == Opened::New {
                 self.record(
-                    vec![Event::ChildStarted {
+                    Event::ChildStarted {
                         id: id.clone(),
                         workflow: W::NAME.to_owned(),
                         version: W::VERSION,
                         run_id: child_run_id.to_owned(),
-                    }],
+                    },
                     true,
                 );
             }

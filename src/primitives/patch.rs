@@ -56,7 +56,7 @@ impl Ctx {
             Ok(Patch::Unpatched) => false,
             Ok(Patch::New) => {
                 if self.live() {
-                    self.record(vec![Event::Patched { id: id.to_owned() }], true);
+                    self.record(Event::Patched { id: id.to_owned() }, true);
                 } else {
                     // Replay-only: the history ends here; live, the marker would be
                     // recorded now.

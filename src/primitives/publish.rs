@@ -47,10 +47,10 @@ impl Ctx {
             let opened = self.lock().replay.open(&key, Kind::Publish);
             if opened == Ok(Opened::New) && self.live() {
                 self.record(
-                    vec![Event::Published {
+                    Event::Published {
                         key: key.clone(),
                         value,
-                    }],
+                    },
                     true,
                 );
             }

@@ -36,11 +36,11 @@ impl Ctx {
         let fresh = match opened {
             Ok(Opened::New) if self.live() => encode(&make()).map(|value| {
                 self.record(
-                    vec![Event::Recorded {
+                    Event::Recorded {
                         id: id.clone(),
                         kind: kind.to_owned(),
                         value,
-                    }],
+                    },
                     true,
                 );
             }),

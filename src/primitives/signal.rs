@@ -135,11 +135,11 @@ impl Ctx {
             // a crash before that, it is recorded again when the handler reaches
             // the wait on replay.
             self.record(
-                vec![Event::SignalAwaited {
+                Event::SignalAwaited {
                     id: id.clone(),
                     name: name.clone(),
                     deadline,
-                }],
+                },
                 deadline.is_some(),
             );
         }

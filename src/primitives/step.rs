@@ -173,10 +173,10 @@ impl Ctx {
         if opened == Ok(Opened::New) {
             // Not fsynced: the completion that follows is ordered after it.
             self.record(
-                vec![Event::StepStarted {
+                Event::StepStarted {
                     id: id.clone(),
                     attempt: 1,
-                }],
+                },
                 false,
             );
         }
@@ -213,10 +213,10 @@ impl Ctx {
             loop {
                 if record {
                     ctx.record(
-                        vec![Event::StepStarted {
+                        Event::StepStarted {
                             id: id.clone(),
                             attempt,
-                        }],
+                        },
                         false,
                     );
                 }
@@ -228,10 +228,10 @@ impl Ctx {
                 let (message, final_) = match ran {
                     Attempt::Value(output) => {
                         ctx.record(
-                            vec![Event::StepCompleted {
+                            Event::StepCompleted {
                                 id: id.clone(),
                                 output,
-                            }],
+                            },
                             true,
                         );
                         break;
@@ -244,12 +244,12 @@ impl Ctx {
                     .then(|| ctx.now_ms().saturating_add(millis(policy.backoff(attempt))));
                 tracing::warn!(step = %id, attempt, error = %message, retry_at, "reel: step attempt failed");
                 ctx.record(
-                    vec![Event::StepFailed {
+                    Event::StepFailed {
                         id: id.clone(),
                         attempt,
                         error: message,
                         retry_at,
-                    }],
+                    },
                     true,
                 );
                 let Some(fire_at) = retry_at else { break };

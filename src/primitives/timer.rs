@@ -62,10 +62,10 @@ impl Ctx {
         };
         if opened == Ok(Opened::New) {
             self.record(
-                vec![Event::TimerScheduled {
+                Event::TimerScheduled {
                     id: id.clone(),
                     fire_at,
-                }],
+                },
                 true,
             );
         }
