@@ -120,13 +120,22 @@ impl HostBuilder {
     }
 
     /// Keeps the runs in the PostgreSQL database at `url` instead of a fjall
-    /// directory: [`build`](HostBuilder::build) connects with
-    /// [`PgStore::connect`](crate::postgres::PgStore::connect), creating or upgrading
-    /// reel's tables. The same as `.store(PgStore::connect(url).await?)`;
+    /// directory, as one of the hosts sharing it: [`build`](HostBuilder::build)
+    /// joins the database with [`PgStore::join`](crate::postgres::PgStore::join)
+    /// under a host id new for this host (`<hostname>-<pid>-<random>`), creating or
+    /// upgrading reel's tables. Several hosts built this way on one database share
+    /// its runs: each leases a share of the 256 partitions and runs their runs, and
+    /// any host starts, signals and operates any run; a host alone leases them all.
+    /// A host that shuts down gives its leases back at once; those of a crashed host
+    /// run out after the lease time (10 s), and only then does another host (or the
+    /// restarted one, a new host) run its runs.
+    ///
+    /// For one host alone, with no leases and so no wait after a crash (but no
+    /// second host either), use `.store(PgStore::connect(url).await?)`; for a host
+    /// id or lease time of your own, `.store(PgStore::join(url, config).await?)`.
     /// [`HostBuilder::store`] takes precedence, and [`HostBuilder::path`] and
-    /// [`HostBuilder::in_memory`] are ignored. For several hosts sharing the
-    /// database, give each a [`PgStore::join`](crate::postgres::PgStore::join) store
-    /// instead. Needs the `postgres` feature (on by default).
+    /// [`HostBuilder::in_memory`] are ignored. Needs the `postgres` feature (on by
+    /// default).
     ///
     /// # Examples
     /// ```no_run
@@ -225,9 +234,10 @@ impl HostBuilder {
         let mut dir = None;
         #[cfg(feature = "postgres")]
         let store = match (self.store, self.postgres) {
-            (None, Some(url)) => {
-                Some(reel_postgres::PgStore::connect(&url).await? as Arc<dyn Store>)
-            }
+            (None, Some(url)) => Some(
+                reel_postgres::PgStore::join(&url, reel_postgres::ClusterConfig::new(new_host_id()))
+                    .await? as Arc<dyn Store>,
+            ),
             (store, _) => store,
         };
         #[cfg(not(feature = "postgres"))]
@@ -512,4 +522,19 @@ impl Host {
         self.inner.shut_down.get_or_init(|| core.shutdown()).await;
         Ok(())
     }
+}
+
+/// A host id for [`HostBuilder::postgres`]: the machine's name, the process id
+/// and a random part, so that every host (several in one process too) is a new
+/// one, as a cluster member must be.
+#[cfg(feature = "postgres")]
+fn new_host_id() -> String {
+    let machine = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{machine}-{}-{}", std::process::id(), &random[..8])
 }

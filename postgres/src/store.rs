@@ -45,7 +45,10 @@ impl std::fmt::Debug for PgStore {
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/db` or
     /// the `key=value` form), creates or upgrades reel's tables and starts the
-    /// writer.
+    /// writer. The host that uses this store is the database's only host: it runs
+    /// every run, with no leases (so no wait after a crash). Several hosts on one
+    /// database each join it instead ([`PgStore::join`], which
+    /// `reel::HostBuilder::postgres` does).
     ///
     /// # Errors
     /// [`StorageError::Io`] when the URL does not parse or the server cannot be
