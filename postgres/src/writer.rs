@@ -231,11 +231,13 @@ async fn write(
             }));
             continue;
         }
-        let fenced = fences.refuses(a.writer) || refused.refuses(a.writer);
-        if let Some(expected) = a.expected_seq.or(fenced.then_some(0)) {
-            let actual = next.get(a.run_id.as_str()).copied().unwrap_or(0);
-            if actual != expected || fenced {
-                refused.fence(a.writer);
+        let actual = next.get(a.run_id.as_str()).copied().unwrap_or(0);
+        let checked = refused.check(a.writer, a.expected_seq, fences.refuses(a.writer), || {
+            Ok::<_, std::convert::Infallible>(actual)
+        });
+        let Ok(checked) = checked;
+        match checked {
+            Err((expected, actual)) => {
                 outcomes.push(Err(StorageError::Conflict {
                     run_id: a.run_id.clone(),
                     expected,
@@ -243,13 +245,16 @@ async fn write(
                 }));
                 continue;
             }
-            for (i, record) in a.records.iter().enumerate() {
-                log_runs.push(a.run_id.as_str());
-                log_seqs.push(seq_sql(expected + i as u64));
-                log_parts.push(part);
-                log_records.push(record.as_slice());
+            Ok(None) => {}
+            Ok(Some(expected)) => {
+                for (i, record) in a.records.iter().enumerate() {
+                    log_runs.push(a.run_id.as_str());
+                    log_seqs.push(seq_sql(expected + i as u64));
+                    log_parts.push(part);
+                    log_records.push(record.as_slice());
+                }
+                next.insert(a.run_id.as_str(), expected + a.records.len() as u64);
             }
-            next.insert(a.run_id.as_str(), expected + a.records.len() as u64);
         }
         if let Some(meta) = &a.meta {
             metas.insert(a.run_id.as_str(), meta);

@@ -41,6 +41,37 @@ impl WriterFences {
         !self.fenced.is_empty() && writer.is_some_and(|w| self.fenced.contains(&w))
     }
 
+    /// The sequence check of an append of `writer`, with its fence: `Ok(Some(n))`
+    /// to write it, its events from sequence number `n` on (its `expected_seq`),
+    /// `Ok(None)` when it places no events (nothing to check), or
+    /// `Err((expected, actual))` when it is
+    /// refused as a conflict, its writer fenced from then on. `actual` reads how
+    /// many records the run's log holds, only when needed. An append of a writer
+    /// fenced here or `fenced_elsewhere` (a backend's other set) is refused
+    /// whatever the numbers: as expecting 0, if it expected nothing.
+    ///
+    /// # Errors
+    /// The error of `actual`, the writer fenced (its next appends assumed this
+    /// one would land).
+    pub fn check<E>(
+        &mut self,
+        writer: Option<u64>,
+        expected_seq: Option<u64>,
+        fenced_elsewhere: bool,
+        actual: impl FnOnce() -> Result<u64, E>,
+    ) -> Result<Result<Option<u64>, (u64, u64)>, E> {
+        let fenced = fenced_elsewhere || self.refuses(writer);
+        let Some(expected) = expected_seq.or(fenced.then_some(0)) else {
+            return Ok(Ok(None));
+        };
+        let actual = actual().inspect_err(|_| self.fence(writer))?;
+        if actual != expected || fenced {
+            self.fence(writer);
+            return Ok(Err((expected, actual)));
+        }
+        Ok(Ok(Some(expected)))
+    }
+
     /// Refuses every later append of `writer` (one of its appends was refused).
     pub fn fence(&mut self, writer: Option<u64>) {
         let Some(w) = writer else {
@@ -71,6 +102,29 @@ mod tests {
         assert!(f.refuses(Some(1)));
         assert!(!f.refuses(Some(2)));
         assert!(!f.refuses(None));
+    }
+
+    #[test]
+    fn a_check_places_refuses_and_fences() {
+        let mut f = WriterFences::default();
+        let len = |n: u64| move || Ok::<_, ()>(n);
+        assert_eq!(f.check(Some(1), Some(3), false, len(3)), Ok(Ok(Some(3))));
+        assert_eq!(f.check(Some(1), None, false, len(3)), Ok(Ok(None)));
+        // A mismatch refuses and fences: the writer's next append is refused
+        // even where it matches, and one with no events too.
+        assert_eq!(f.check(Some(1), Some(4), false, len(3)), Ok(Err((4, 3))));
+        assert_eq!(f.check(Some(1), Some(3), false, len(3)), Ok(Err((3, 3))));
+        assert_eq!(f.check(Some(1), None, false, len(3)), Ok(Err((0, 3))));
+        // Fenced elsewhere: refused here too, and fenced here from then on.
+        assert_eq!(f.check(Some(2), Some(3), true, len(3)), Ok(Err((3, 3))));
+        assert!(f.refuses(Some(2)));
+        // A failed read fences the writer.
+        assert_eq!(
+            f.check(Some(5), Some(0), false, || Err::<u64, _>("io")),
+            Err("io")
+        );
+        assert!(f.refuses(Some(5)));
+        assert_eq!(f.check(None, Some(0), false, len(0)), Ok(Ok(Some(0))));
     }
 
     #[test]

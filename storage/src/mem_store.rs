@@ -51,18 +51,17 @@ impl MemStore {
         if st.closed {
             return Err(StorageError::Closed);
         }
-        let fenced = st.fences.refuses(a.writer);
-        if let Some(expected) = a.expected_seq.or(fenced.then_some(0)) {
-            let actual = st.logs.get(&a.run_id).map_or(0, |l| l.len() as u64);
-            if actual != expected || fenced {
-                // Its writer's later appends assumed this one (`WriterFences`).
-                st.fences.fence(a.writer);
-                return Err(StorageError::Conflict {
-                    run_id: a.run_id,
-                    expected,
-                    actual,
-                });
-            }
+        let len = st.logs.get(&a.run_id).map_or(0, |l| l.len() as u64);
+        // Its writer's later appends assumed a refused one (`WriterFences`).
+        let checked = st.fences.check(a.writer, a.expected_seq, false, || {
+            Ok::<_, StorageError>(len)
+        })?;
+        let place = checked.map_err(|(expected, actual)| StorageError::Conflict {
+            run_id: a.run_id.clone(),
+            expected,
+            actual,
+        })?;
+        if place.is_some() {
             let at = a.at.unwrap_or_else(crate::record::now_ms);
             st.times
                 .entry(a.run_id.clone())

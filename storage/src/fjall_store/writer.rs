@@ -301,21 +301,13 @@ fn commit_batch(
     let mut refused = Vec::new();
     for req in in_key_order(pending) {
         let a = &req.append;
-        // A writer one of whose appends was refused: this one assumed it landed
-        // (`WriterFences`). Refused as a conflict, with or without events.
-        let fenced = fences.refuses(a.writer);
-        if let Some(expected) = a.expected_seq.or(fenced.then_some(0)) {
-            let actual = match cache.next_seq(ks, &a.run_id) {
-                Ok(s) => s,
-                Err(e) => {
-                    fences.fence(a.writer);
-                    let _ = req.reply.send(Err(e));
-                    continue;
-                }
-            };
-            if actual != expected || fenced {
-                // Its writer's later appends assumed this one: refused too.
-                fences.fence(a.writer);
+        // The sequence check; a writer one of whose appends was refused is
+        // refused from then on: this one assumed it landed (`WriterFences`).
+        let place = match fences.check(a.writer, a.expected_seq, false, || {
+            cache.next_seq(ks, &a.run_id)
+        }) {
+            Ok(Ok(place)) => place,
+            Ok(Err((expected, actual))) => {
                 // Answered after the commit: the loser must be able to read what the
                 // winner wrote in this very batch.
                 refused.push((
@@ -328,7 +320,11 @@ fn commit_batch(
                 ));
                 continue;
             }
-        }
+            Err(e) => {
+                let _ = req.reply.send(Err(e));
+                continue;
+            }
+        };
         if let Some(created_at) = a.delete {
             match delete_run(ks, &mut batch, listing, a, created_at) {
                 Ok(()) => {
@@ -355,7 +351,7 @@ fn commit_batch(
             let _ = req.reply.send(Err(e));
             continue;
         }
-        if let Some(expected) = a.expected_seq {
+        if let Some(expected) = place {
             for (i, record) in a.records.iter().enumerate() {
                 log_key_into(&mut key, &a.run_id, expected + i as u64);
                 batch.insert(&ks.log, key.as_slice(), record.clone());
