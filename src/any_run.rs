@@ -74,9 +74,9 @@ impl AnyRun {
     /// Sends a signal. Buffered in the run's log (also while the run is passivated)
     /// and delivered to the next wait on `name`; a second send with the same
     /// `signal_id` is dropped, so retrying a send is safe. (The ids a run knows are
-    /// those of its current log segment: after it continues as new, a signal it
-    /// consumed before is not recognised again; one it had not consumed carries
-    /// over with its id.)
+    /// those of its current log segment and those the segment before it consumed:
+    /// after it continues as new twice, a signal consumed two segments back is not
+    /// recognised again; one not consumed carries over with its id.)
     ///
     /// # Errors
     /// [`Error::ReservedName`] for a name starting with `approval:` (send approvals

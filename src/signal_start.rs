@@ -26,7 +26,8 @@ impl Host {
     ///
     /// Retrying a call with the same `signal_id` delivers the signal once, with
     /// `signal`'s limits: the ids a run knows are those of its current log segment
-    /// (after it continues as new, a signal it consumed is not recognised again),
+    /// and those the segment before it consumed (a signal consumed two segments
+    /// back is not recognised again),
     /// a retry after the run ended is [`Error::RunFinished`] although the first
     /// call delivered it, and after the run is deleted (or removed by retention)
     /// the id is free: the call creates a new run.

@@ -44,8 +44,10 @@
 //!    live run did (`Replayed::ContinuedAsNew`: required once the prefix holds the
 //!    whole segment). Each segment's signals are those its handler took plus those
 //!    carried into the next (`signal-lost`), no signal arrives again in a later
-//!    segment unless carried (`signal-doubled`), a cancel request is carried over
-//!    (`cancel-lost`), and checks 5 and 1-4 hold per segment (step ids repeat
+//!    segment unless carried (`signal-doubled`), a segment begins knowing the ids
+//!    of exactly the signals its predecessor consumed (`signal-ids-seen`), a
+//!    cancel request is carried over (`cancel-lost`), and checks 5 and 1-4 hold
+//!    per segment (step ids repeat
 //!    across segments; idempotency keys do not).
 //!
 //! Child runs started by a program get the same checks.

@@ -200,6 +200,7 @@ pub fn event_to_json(e: &Event) -> Value {
         }
         Event::Published { key, value } => json!({ "key": key, "value": payload_to_json(value) }),
         Event::ContinuedAsNew { carried } => json!({ "carried": carried }),
+        Event::SignalIdsSeen { ids } => json!({ "ids": ids }),
         other => json!({ "debug": format!("{other:?}") }),
     };
     let mut m = Map::new();

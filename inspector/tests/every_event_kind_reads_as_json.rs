@@ -163,9 +163,15 @@ fn every_event_kind_reads_as_json_with_payloads_decoded() {
             Event::ContinuedAsNew { carried: 2 },
             json!({"kind": "ContinuedAsNew", "carried": 2}),
         ),
+        (
+            Event::SignalIdsSeen {
+                ids: vec!["a".into(), "b".into()],
+            },
+            json!({"kind": "SignalIdsSeen", "ids": ["a", "b"]}),
+        ),
     ];
     let kinds: std::collections::BTreeSet<&str> = cases.iter().map(|(e, _)| e.kind()).collect();
-    assert_eq!(kinds.len(), 21, "every kind of event is covered");
+    assert_eq!(kinds.len(), 22, "every kind of event is covered");
     for (event, expected) in &cases {
         assert_eq!(
             &reel_inspector::event_to_json(event),

@@ -380,6 +380,15 @@ pub enum Event {
         /// How many signals were carried over into the new segment.
         carried: u32,
     },
+    /// The ids of the signals the previous log segment received and consumed,
+    /// right after a new segment's `RunStarted` (a run that continued as new): a
+    /// signal sent again under one of them is not delivered again, as within the
+    /// segment that received it. Only one segment back: a segment's own ids, not
+    /// those it was handed, go to the next one. Replay passes over it.
+    SignalIdsSeen {
+        /// The signal ids, in the order received.
+        ids: Vec<String>,
+    },
 }
 
 impl Event {
@@ -407,6 +416,7 @@ impl Event {
             Event::Patched { .. } => "Patched",
             Event::Published { .. } => "Published",
             Event::ContinuedAsNew { .. } => "ContinuedAsNew",
+            Event::SignalIdsSeen { .. } => "SignalIdsSeen",
         }
     }
 

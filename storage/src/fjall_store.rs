@@ -61,21 +61,23 @@ use index::Listed;
 /// (`RunState::Paused`, which an older build would report as a corrupt record),
 /// the `listing` and `schedules` keyspaces (built or created when an older store
 /// opens). `reel-log/7` added queues: the enqueued state (`RunState::Enqueued`)
-/// and a run's place in its queue (`RunMeta::queue`).
-pub const FORMAT_VERSION: &str = "reel-log/7";
+/// and a run's place in its queue (`RunMeta::queue`). `reel-log/8` added
+/// `SignalIdsSeen`, which an older build would report as a corrupt record.
+pub const FORMAT_VERSION: &str = "reel-log/8";
 
 /// Older formats this build opens, upgrading the marker: their records decode the
 /// same way (fields added since default when absent). Runs recorded by
 /// `reel-log/1` replay under the `reel-log/2` visibility rule; a concurrent handler
 /// whose old log does not match it is parked with a replay divergence (never
 /// misread), and sequential handlers resume as they were.
-pub const UPGRADABLE_FORMATS: [&str; 6] = [
+pub const UPGRADABLE_FORMATS: [&str; 7] = [
     "reel-log/1",
     "reel-log/2",
     "reel-log/3",
     "reel-log/4",
     "reel-log/5",
     "reel-log/6",
+    "reel-log/7",
 ];
 
 mod schedules;

@@ -205,6 +205,7 @@ fn event() -> BoxedStrategy<Event> {
         text().prop_map(|reason| Event::RunCancelled { reason }),
         text().prop_map(|id| Event::Patched { id }),
         (text(), payload()).prop_map(|(key, value)| Event::Published { key, value }),
+        vec(text(), 0..4).prop_map(|ids| Event::SignalIdsSeen { ids }),
     ]
     .boxed()
 }

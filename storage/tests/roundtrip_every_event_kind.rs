@@ -148,6 +148,9 @@ fn every_event() -> Vec<Event> {
             key: "stage".into(),
             value: payload("packed"),
         },
+        Event::SignalIdsSeen {
+            ids: vec!["evt-1".into(), String::new()],
+        },
     ];
     for (i, failure) in all_failures().into_iter().enumerate() {
         events.push(Event::ChildCompleted {
@@ -165,11 +168,11 @@ async fn every_event_kind_reads_back_equal_and_in_order() {
     let store = FjallStore::open(dir.path()).expect("open");
     let events = every_event();
 
-    // The 17 kinds are all there.
+    // The 18 kinds are all there.
     let mut kinds: Vec<&str> = events.iter().map(Event::kind).collect();
     kinds.sort_unstable();
     kinds.dedup();
-    assert_eq!(kinds.len(), 17, "kinds covered: {kinds:?}");
+    assert_eq!(kinds.len(), 18, "kinds covered: {kinds:?}");
 
     assert_eq!(store.last_event("run-1").expect("last_event"), None);
 

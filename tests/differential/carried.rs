@@ -85,11 +85,46 @@ fn carried_into(events: &[Event], next: &Segment, n: u32) -> Result<Bag, u32> {
                 add(&mut bag, key(name, signal_id));
                 left -= 1;
             }
-            Event::Deadline { .. } | Event::CancelRequested { .. } => {}
+            Event::Deadline { .. }
+            | Event::CancelRequested { .. }
+            | Event::SignalIdsSeen { .. } => {}
             _ => break,
         }
     }
     if left > 0 { Err(left) } else { Ok(bag) }
+}
+
+/// The ids segment `next` begins knowing (`SignalIdsSeen`, right after its
+/// `RunStarted`) are those of the signals the segment before it received and did
+/// not carry on, each once; none when it consumed none.
+fn check_seen_ids(events: &[Event], seg: &Segment, next: &Segment, n: u32) -> Result<(), String> {
+    fn ids(e: &Event) -> Option<&str> {
+        match e {
+            Event::SignalReceived { signal_id, .. } => Some(signal_id),
+            _ => None,
+        }
+    }
+    let carried: BTreeSet<&str> = events[next.start + 1..next.end]
+        .iter()
+        .filter_map(ids)
+        .take(n as usize)
+        .collect();
+    let consumed: BTreeSet<&str> = events[seg.start..seg.end]
+        .iter()
+        .filter_map(ids)
+        .filter(|id| !carried.contains(id))
+        .collect();
+    let seen: Vec<&str> = match events.get(next.start + 1) {
+        Some(Event::SignalIdsSeen { ids }) => ids.iter().map(String::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let seen_set: BTreeSet<&str> = seen.iter().copied().collect();
+    if seen_set != consumed || seen_set.len() != seen.len() {
+        return Err(format!(
+            "consumed {consumed:?}, the next segment begins knowing {seen:?}"
+        ));
+    }
+    Ok(())
 }
 
 fn add(bag: &mut Bag, k: String) {
@@ -148,6 +183,15 @@ pub(crate) fn check_signals(
             None => Bag::new(),
             Some(next) => {
                 let n = seg.carried.unwrap_or(0);
+                check_seen_ids(events, seg, next, n).map_err(|why| {
+                    fail(
+                        "signal-ids-seen",
+                        format!(
+                            "run {run_id}: segment {k} hands on the wrong signal ids: {why}\n  log: {}",
+                            show_log(events)
+                        ),
+                    )
+                })?;
                 carried_into(events, next, n).map_err(|missing| {
                     fail(
                         "signal-lost",

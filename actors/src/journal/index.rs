@@ -103,6 +103,10 @@ impl LogIndex {
                 Event::SignalReceived { signal_id, .. } => {
                     self.signals.insert(signal_id.clone());
                 }
+                // The previous segment's: known here too, not delivered again.
+                Event::SignalIdsSeen { ids } => {
+                    self.signals.extend(ids.iter().cloned());
+                }
                 Event::ChildCompleted { id, .. } => {
                     self.child_ends.insert(id.clone());
                 }

@@ -2,9 +2,11 @@
 //!
 //! The handler asked to continue as new and its execution has ended. One atomic,
 //! fsynced batch then ends the old segment (`ContinuedAsNew`) and begins the new
-//! one: its `RunStarted` with the new input, the host's deadlines still pending
-//! (the run's own deadline spans every segment), and, in log order, the signals
-//! the old segment did not consume and a cancel request if there was one. The
+//! one: its `RunStarted` with the new input, the ids of the signals the old
+//! segment consumed (`SignalIdsSeen`: one sent again is not delivered again), the
+//! host's deadlines still pending (the run's own deadline spans every segment),
+//! and, in log order, the signals the old segment did not consume and a cancel
+//! request if there was one. The
 //! same batch moves the metadata's `segment_start` to the new `RunStarted` and
 //! removes the old segment's other timers from the index. The actor then replays
 //! only the new segment, from a fresh journal; the old one stays in the log.
@@ -29,7 +31,8 @@ use crate::message::continued_reason;
 
 /// What the new segment begins with, taken from the old one.
 struct Carried {
-    /// Deadlines, then signals and a cancel request in log order.
+    /// The consumed signals' ids, deadlines, then signals and a cancel request
+    /// in log order.
     events: Vec<Event>,
     /// How many of them are signals.
     signals: u32,
@@ -168,15 +171,25 @@ impl RunActor {
                 })
                 .collect();
             let mut signals = 0;
+            let mut consumed: Vec<String> = Vec::new();
+            let mut known: HashSet<&str> = HashSet::new();
             for (seq, e) in (0u64..).zip(h.iter().chain(t)) {
                 match e {
                     Event::SignalReceived { .. } if seq >= seen || carried.contains(&seq) => {
                         signals += 1;
                         events.push(e.clone());
                     }
+                    Event::SignalReceived { signal_id, .. } if known.insert(signal_id) => {
+                        consumed.push(signal_id.clone());
+                    }
                     Event::CancelRequested { .. } => events.push(e.clone()),
                     _ => {}
                 }
+            }
+            // Their ids stay known for one more segment: one sent again is not
+            // delivered again (the carried ones are in the new segment anyway).
+            if !consumed.is_empty() {
+                events.insert(0, Event::SignalIdsSeen { ids: consumed });
             }
             Carried {
                 events,
