@@ -164,6 +164,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_policy_round_trips_through_serde() {
+        // A policy kept in a config file (JSON) or in a run's input (MessagePack).
+        for policy in [
+            RetryPolicy::default(),
+            RetryPolicy::no_retry(),
+            RetryPolicy::unlimited()
+                .with_backoff(Duration::from_millis(250), Duration::from_secs(90))
+                .with_multiplier(1.5),
+        ] {
+            let json = serde_json::to_string(&policy).expect("to json");
+            assert_eq!(
+                serde_json::from_str::<RetryPolicy>(&json).expect("from json"),
+                policy
+            );
+            let packed = rmp_serde::to_vec(&policy).expect("to msgpack");
+            assert_eq!(
+                rmp_serde::from_slice::<RetryPolicy>(&packed).expect("from msgpack"),
+                policy
+            );
+        }
+    }
+
+    #[test]
     fn attempt_limits_hold_at_the_edges() {
         let unlimited = RetryPolicy::unlimited();
         assert!(unlimited.retries_after(1));
