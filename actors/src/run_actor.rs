@@ -36,6 +36,7 @@ mod admission;
 mod cancel;
 mod delivery;
 mod fresh;
+mod generation;
 mod letters;
 mod messages;
 mod outcome;
@@ -303,7 +304,7 @@ impl RunActor {
             exec.abort();
         }
         self.suspended = false;
-        self.generation += 1;
+        self.generation = generation::next();
         self.busy = None;
     }
 
@@ -357,8 +358,8 @@ impl RunActor {
                 return;
             }
         };
-        self.generation += 1;
-        self.idle_generation += 1;
+        self.generation = generation::next();
+        self.idle_generation = generation::next();
         self.suspended = false;
         self.warn_if_long();
         let generation = self.generation;
@@ -545,7 +546,7 @@ impl RunActor {
         if (self.exec.is_some() && !self.suspended) || self.retired {
             return;
         }
-        self.idle_generation += 1;
+        self.idle_generation = generation::next();
         let idle = self.idle_generation;
         let me = me.downgrade();
         // One message, which a stopped or busy actor ignores (the generation no
