@@ -6,7 +6,9 @@
 //! semantics of the fjall backend: compare-and-set appends on the expected sequence
 //! number, one atomic transaction for a run's events, metadata, active-set entry and
 //! timer changes, group commit, corrupt records reported rather than fatal. A host
-//! uses it through `HostBuilder::store(store)`:
+//! uses it through `HostBuilder::store(store)`: [`PgStore::connect`] for the only
+//! host of a database, [`PgStore::join`] for one of several (which
+//! `HostBuilder::postgres(url)` does, under a host id new for each host):
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), reel_storage::StorageError> {
