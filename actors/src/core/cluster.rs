@@ -100,22 +100,26 @@ impl Core {
                 .is_some_and(|until| std::time::Instant::now() < until)
     }
 
-    /// Starts the lease and inbox tasks of a host that shares its store.
-    pub(super) fn join_cluster(&self) {
+    /// Takes this host's first leases, then starts the lease and inbox tasks of a
+    /// host that shares its store. The first renewal is awaited: a host returns
+    /// from its open holding what it could take (every partition, alone on the
+    /// database) with their runs recovered, so that what it is asked right away
+    /// goes to its own runs, not through the inbox.
+    pub(super) async fn join_cluster(&self) {
         let Some(cluster) = self.cluster() else {
             return;
         };
         let mut notices = cluster.subscribe();
         let renew_every = cluster.lease_ttl() / 3;
+        self.renew_leases().await;
         let weak = self.me.clone();
         tokio::spawn(async move {
             loop {
+                tokio::time::sleep(renew_every).await;
                 let Some(core) = weak.upgrade().filter(|c| !c.is_closing()) else {
                     return;
                 };
                 core.renew_leases().await;
-                drop(core);
-                tokio::time::sleep(renew_every).await;
             }
         });
         let weak = self.me.clone();

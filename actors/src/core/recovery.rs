@@ -101,7 +101,7 @@ impl Core {
         for queue in core.queues.names() {
             core.admit_later(queue, core.busy());
         }
-        core.join_cluster();
+        core.join_cluster().await;
         Ok(core)
     }
 
