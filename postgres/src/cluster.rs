@@ -3,7 +3,8 @@
 //!
 //! Leases (`reel_leases`, one row per partition) are held by a host id until an
 //! expiry computed by the database's clock, so hosts' clocks never matter. A host
-//! renews its leases and heartbeat (`reel_hosts`) at a third of the lease time and
+//! renews its leases and heartbeat (`reel_hosts`, where a dead host's row goes an
+//! hour after its last heartbeat ran out) at a third of the lease time and
 //! takes free or expired partitions up to its fair share (partitions / live hosts,
 //! rounded up); past it, it reports the surplus, which the host gives back once
 //! their runs are stopped. Taking a partition locks its row `FOR UPDATE SKIP
@@ -80,6 +81,15 @@ impl Cluster for PgStore {
                  VALUES ($1, now() + $2::bigint * interval '1 millisecond') \
                  ON CONFLICT (host_id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
                 &[&me, &ttl],
+            )
+            .await
+            .map_err(|e| pg_err(&e))?;
+            // A crashed host's heartbeat stays behind (a host id is new for each
+            // process): gone an hour after it stopped, so the table does not grow
+            // with every crash.
+            tx.execute(
+                "DELETE FROM reel_hosts WHERE expires_at < now() - interval '1 hour'",
+                &[],
             )
             .await
             .map_err(|e| pg_err(&e))?;
