@@ -111,13 +111,11 @@ impl State {
     }
 }
 
-/// Whether a non-durable append may be held for the next one: it creates no timer
-/// (the timer service must learn of it now) and publishes nothing (readers wait).
-fn holdable(events: &[Event]) -> bool {
-    !events.is_empty()
-        && events
-            .iter()
-            .all(|e| timer_key(e).is_none() && !matches!(e, Event::Published { .. }))
+/// Whether a non-durable event may be held for the next append: it creates no
+/// timer (the timer service must learn of it now) and publishes nothing (readers
+/// wait).
+fn holdable(event: &Event) -> bool {
+    timer_key(event).is_none() && !matches!(event, Event::Published { .. })
 }
 
 /// A timer entry for a timer-creating event, if it is one.
@@ -278,7 +276,7 @@ impl Journal {
     /// are taken at once, so the log order is still the call order. Nothing once
     /// the journal is closed.
     pub fn append_unawaited(&self, event: Event) {
-        if holdable(std::slice::from_ref(&event)) {
+        if holdable(&event) {
             self.hold(event);
         } else {
             drop(self.submit([event], None, Vec::new(), false, false, false, Vec::new()));

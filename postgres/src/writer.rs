@@ -232,10 +232,9 @@ async fn write(
             continue;
         }
         let actual = next.get(a.run_id.as_str()).copied().unwrap_or(0);
-        let checked = refused.check(a.writer, a.expected_seq, fences.refuses(a.writer), || {
+        let Ok(checked) = refused.check(a.writer, a.expected_seq, fences.refuses(a.writer), || {
             Ok::<_, std::convert::Infallible>(actual)
         });
-        let Ok(checked) = checked;
         match checked {
             Err((expected, actual)) => {
                 outcomes.push(Err(StorageError::Conflict {

@@ -171,15 +171,15 @@ impl RunActor {
                 })
                 .collect();
             let mut signals = 0;
+            // Ids are unique within a segment (a delivery drops a known one).
             let mut consumed: Vec<String> = Vec::new();
-            let mut known: HashSet<&str> = HashSet::new();
             for (seq, e) in (0u64..).zip(h.iter().chain(t)) {
                 match e {
                     Event::SignalReceived { .. } if seq >= seen || carried.contains(&seq) => {
                         signals += 1;
                         events.push(e.clone());
                     }
-                    Event::SignalReceived { signal_id, .. } if known.insert(signal_id) => {
+                    Event::SignalReceived { signal_id, .. } => {
                         consumed.push(signal_id.clone());
                     }
                     Event::CancelRequested { .. } => events.push(e.clone()),
